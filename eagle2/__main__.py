@@ -1,0 +1,79 @@
+"""Command line: `python -m eagle2 generate | bench | train`."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .config import DecodeConfig, parse_tree
+
+
+def _decode_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--total-tokens", type=int, default=DecodeConfig.total_tokens)
+    p.add_argument("--depth", type=int, default=DecodeConfig.depth)
+    p.add_argument("--top-k", type=int, default=DecodeConfig.top_k)
+    p.add_argument("--tree", default="mc_sim_7b_63", help="static tree preset name or JSON list of paths")
+    p.add_argument("--model", default="embedded", help="'embedded', a hub id or a local directory")
+    p.add_argument("--head", default=None, help="draft head directory (official EAGLE layout)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--raw", action="store_true", help="do not apply the chat template")
+
+
+def config_from(args: argparse.Namespace, method: str) -> DecodeConfig:
+    tree = parse_tree(args.tree, max(args.top_k, 20))
+    return DecodeConfig(method=method, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                        top_p=args.top_p, seed=args.seed, total_tokens=args.total_tokens, depth=args.depth,
+                        top_k=args.top_k, tree=tree)
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    from .api import run
+    from .loading import load
+
+    if not args.prompt.strip():
+        raise ValueError("the prompt is empty")
+    cfg = config_from(args, args.method)
+    bundle = load(args.model, args.head, args.device)
+    res = run(bundle, args.prompt, cfg, raw=args.raw)
+    if args.json:
+        out = res.to_json()
+        out.update(model=bundle.model_name, head=bundle.head_name, device=bundle.describe())
+        print(json.dumps(out))
+    else:
+        print(res.text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m eagle2", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("generate", help="decode one prompt")
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--method", default="eagle2", choices=("eagle2", "eagle1", "vanilla"))
+    g.add_argument("--json", action="store_true", help="print one JSON object with the metrics")
+    _decode_args(g)
+    g.set_defaults(func=cmd_generate)
+
+    from . import bench
+    bench.add_parser(sub, _decode_args)
+    try:
+        from .train import cli as train_cli
+        train_cli.add_parser(sub)
+    except ImportError:
+        pass
+
+    args = parser.parse_args(argv)
+    try:
+        args.func(args)
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

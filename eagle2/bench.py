@@ -1,0 +1,140 @@
+"""Benchmark: every method on the same prompts, in one process, after a warm-up; ratios, not absolutes.
+
+Methods: our `vanilla`, `eagle1`, `eagle2`, plus transformers' own greedy `generate` (`hf_greedy`) and its
+prompt-lookup assisted generation (`hf_lookup`) as peers. Speedups are tokens/s ratios within this run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+OURS = ("vanilla", "eagle1", "eagle2")
+PEERS = ("hf_greedy", "hf_lookup")
+
+
+def read_prompts(path: str | Path, limit: int | None = None) -> list[str]:
+    """Prompts from Spec-Bench / MT-bench jsonl: the first of `turns`, or `prompt`."""
+    prompts = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{n}: not JSON: {e}") from None
+        text = row["turns"][0] if "turns" in row else row.get("prompt")
+        if not isinstance(text, str):
+            raise ValueError(f"{path}:{n}: no 'turns' or 'prompt' field")
+        prompts.append(text)
+    return prompts[:limit] if limit else prompts
+
+
+def _hf(bundle, ids: list[int], max_new: int, lookup: bool) -> tuple[list[int], float]:
+    """transformers' own generate, greedy; prompt lookup when asked."""
+    x = torch.tensor([ids], device=bundle.device)
+    extra = {"prompt_lookup_num_tokens": 10} if lookup else {}
+    t0 = time.perf_counter()
+    out = bundle.target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new, do_sample=False,
+                                 **extra)
+    return out[0, len(ids):].tolist(), time.perf_counter() - t0
+
+
+def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: int, progress=print) -> dict:
+    """Run each method on each prompt; returns {"methods": {name: metrics}, "per_prompt": [...]}."""
+    from .api import run
+    from .engine import encode_prompt
+
+    encoded = [encode_prompt(bundle.tokenizer, p) for p in prompts]
+    for m in methods:  # warm-up: first calls pay for allocation and kernel selection
+        if m in OURS:
+            run(bundle, encoded[0], cfg_for(m).__class__(**{**cfg_for(m).__dict__, "max_new_tokens": 8}))
+        else:
+            _hf(bundle, encoded[0], 8, m == "hf_lookup")
+    totals = {m: {"tokens": 0, "wall": 0.0, "forwards": 0, "match": 0} for m in methods}
+    per_prompt = []
+    for i, ids in enumerate(encoded):
+        outs = {}
+        for m in methods:
+            if m in OURS:
+                res = run(bundle, ids, cfg_for(m))
+                toks, wall = res.token_ids, res.wall_s
+                fwd = sum(r.target_forwards for r in res.records)
+            else:
+                toks, wall = _hf(bundle, ids, max_new, m == "hf_lookup")
+                fwd = None
+            outs[m] = toks
+            t = totals[m]
+            t["tokens"] += len(toks)
+            t["wall"] += wall
+            t["forwards"] = None if fwd is None else t["forwards"] + fwd
+        ref = outs.get("vanilla", outs.get("hf_greedy"))
+        for m in methods:
+            totals[m]["match"] += int(ref is not None and outs[m] == ref)
+        per_prompt.append({m: len(outs[m]) for m in methods})
+        progress(f"prompt {i + 1}/{len(encoded)} done")
+    base = totals.get("vanilla") or totals.get("hf_greedy")
+    base_tps = base["tokens"] / base["wall"] if base else None
+    hf_tps = totals["hf_greedy"]["tokens"] / totals["hf_greedy"]["wall"] if "hf_greedy" in totals else None
+    result = {}
+    for m, t in totals.items():
+        tps = t["tokens"] / t["wall"]
+        result[m] = {
+            "mean_accept_length": (t["tokens"] / t["forwards"]) if t["forwards"] else None,
+            "tokens_per_s": tps,
+            "speedup_vs_vanilla": tps / base_tps if base_tps else None,
+            "speedup_vs_hf_greedy": tps / hf_tps if hf_tps else None,
+            "matches_vanilla": t["match"] / len(encoded),
+            "new_tokens": t["tokens"],
+            "wall_s": t["wall"],
+        }
+    return {"methods": result, "prompts": len(encoded), "max_new_tokens": max_new, "per_prompt": per_prompt}
+
+
+def format_table(res: dict) -> str:
+    def f(v, fmt):
+        return "-" if v is None else format(v, fmt)
+    rows = [f"{'method':<10} {'tau':>6} {'tok/s':>8} {'x vanilla':>10} {'x hf':>7} {'= greedy':>9}"]
+    for m, r in res["methods"].items():
+        rows.append(f"{m:<10} {f(r['mean_accept_length'], '.2f'):>6} {r['tokens_per_s']:>8.2f} "
+                    f"{f(r['speedup_vs_vanilla'], '.2f'):>10} {f(r['speedup_vs_hf_greedy'], '.2f'):>7} "
+                    f"{r['matches_vanilla']:>9.2f}")
+    return "\n".join(rows)
+
+
+def cmd_bench(args: argparse.Namespace) -> None:
+    import sys
+
+    from .__main__ import config_from
+    from .loading import load
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    bad = [m for m in methods if m not in OURS + PEERS]
+    if bad:
+        raise ValueError(f"unknown method(s) {bad}; choose from {', '.join(OURS + PEERS)}")
+    prompts = read_prompts(args.prompts, args.limit)
+    if not prompts:
+        raise ValueError(f"no prompts in {args.prompts}")
+    if args.temperature != 0.0 and any(m in PEERS for m in methods):
+        raise ValueError("hf_greedy and hf_lookup are greedy baselines: use --temperature 0")
+    bundle = load(args.model, args.head, args.device)
+    print(bundle.describe(), file=sys.stderr)
+    res = run_bench(bundle, prompts, methods, lambda m: config_from(args, m), args.max_new_tokens,
+                    progress=lambda s: print(s, file=sys.stderr))
+    res.update(device=bundle.describe(), settings={k: v for k, v in vars(args).items() if k != "func"})
+    print(format_table(res))
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=2))
+
+
+def add_parser(sub, decode_args) -> None:
+    b = sub.add_parser("bench", help="compare methods on a prompt file")
+    b.add_argument("--prompts", required=True, help="Spec-Bench / MT-bench jsonl")
+    b.add_argument("--limit", type=int, default=None)
+    b.add_argument("--methods", default="vanilla,eagle1,eagle2")
+    b.add_argument("--json", default=None, help="write results to this file")
+    decode_args(b)
+    b.set_defaults(func=cmd_bench)

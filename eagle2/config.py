@@ -1,0 +1,96 @@
+"""Decoding settings: one frozen dataclass, validated in one place, plus the shipped tree presets."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+METHODS = ("eagle2", "eagle1", "vanilla")
+
+# Bounds enforced by the engine as well as by the page's widgets.
+LIMITS = {
+    "max_new_tokens": (1, 1024),
+    "temperature": (0.0, 2.0),
+    "top_p": (0.01, 1.0),
+    "total_tokens": (2, 128),
+    "depth": (1, 12),
+    "top_k": (1, 20),
+    "static_nodes": (1, 127),
+}
+
+
+def load_tree_presets() -> dict[str, list[list[int]]]:
+    """Static trees shipped in assets/trees.json: name -> list of child-rank paths."""
+    return json.loads((ASSETS / "trees.json").read_text())
+
+
+def parse_tree(spec: str | list, top_k: int) -> tuple[tuple[int, ...], ...]:
+    """A static tree from a preset name, a JSON string or a list of paths; raises ValueError naming the bad path."""
+    if isinstance(spec, str):
+        presets = load_tree_presets()
+        if spec in presets:
+            spec = presets[spec]
+        else:
+            try:
+                spec = json.loads(spec)
+            except json.JSONDecodeError as e:
+                names = ", ".join(presets)
+                raise ValueError(f"tree must be a preset ({names}) or JSON list of paths: {e}") from None
+    if not isinstance(spec, list) or not spec:
+        raise ValueError("tree must be a non-empty list of paths such as [[0], [1], [0, 0]]")
+    paths: list[tuple[int, ...]] = []
+    for p in spec:
+        if not isinstance(p, list) or not p or not all(isinstance(r, int) and not isinstance(r, bool) for r in p):
+            raise ValueError(f"tree path {p!r} must be a non-empty list of integer child ranks")
+        if any(r < 0 or r >= top_k for r in p):
+            raise ValueError(f"tree path {p} has a rank outside 0..{top_k - 1} (top_k={top_k})")
+        paths.append(tuple(p))
+    if len(set(paths)) != len(paths):
+        raise ValueError("tree has a repeated path")
+    lo, hi = LIMITS["static_nodes"]
+    if len(paths) > hi:
+        raise ValueError(f"tree has {len(paths)} nodes; at most {hi} are allowed")
+    max_depth = LIMITS["depth"][1]
+    known = set(paths)
+    for p in paths:
+        if len(p) > max_depth:
+            raise ValueError(f"tree path {list(p)} is deeper than {max_depth}")
+        if len(p) > 1 and p[:-1] not in known:
+            raise ValueError(f"tree is not prefix-closed: path {list(p)} has no parent {list(p[:-1])}")
+    return tuple(sorted(paths, key=lambda p: (len(p), p)))
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Everything that shapes one decode. Validated on construction."""
+
+    method: str = "eagle2"
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    total_tokens: int = 26     # verified nodes per step, root included (EAGLE-2)
+    depth: int = 5
+    top_k: int = 8
+    tree: tuple[tuple[int, ...], ...] = field(default=())  # static tree (EAGLE-1); empty = preset mc_sim_7b_63
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {', '.join(METHODS)}, not {self.method!r}")
+        for name in ("max_new_tokens", "temperature", "top_p", "total_tokens", "depth", "top_k"):
+            lo, hi = LIMITS[name]
+            v = getattr(self, name)
+            if not (lo <= v <= hi):
+                raise ValueError(f"{name}={v} is outside {lo}..{hi}")
+        if not self.tree:
+            object.__setattr__(self, "tree", parse_tree("mc_sim_7b_63", max(self.top_k, 4)))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @property
+    def static_top_k(self) -> int:
+        """Children drafted per static-tree node: the largest rank used, plus one."""
+        return 1 + max(r for p in self.tree for r in p)

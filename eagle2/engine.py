@@ -1,0 +1,254 @@
+"""The decode loop: prefill, then per step draft_tree -> verify -> accept -> commit, yielding a StepRecord.
+
+One loop serves EAGLE-2 (dynamic tree), EAGLE-1 (static tree) and plain decoding (an empty tree).
+The target is a stock transformers causal LM driven with a 4D additive mask, explicit position ids and
+its own DynamicCache; after each verify only the prefix and the accepted path stay in that cache.
+The draft head's cache likewise keeps committed positions only.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from .config import DecodeConfig
+from .records import KEPT, PRUNED, ROOT, UNEXPANDED, Node, StepRecord
+from .tree import Candidate, additive_mask, select_dynamic, static_children, tree_inputs
+from .verify import accept_greedy, accept_sampling, sample_token
+
+
+def keep_positions(cache: DynamicCache, keep: torch.Tensor) -> None:
+    """Keep only the sequence positions `keep` in every layer of a DynamicCache."""
+    for layer in cache.layers:
+        layer.keys = layer.keys.index_select(-2, keep)
+        layer.values = layer.values.index_select(-2, keep)
+
+
+def truncate(cache: DynamicCache, length: int) -> None:
+    """Drop everything after the first `length` positions."""
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)
+
+
+@dataclass
+class _State:
+    target_cache: DynamicCache
+    head_cache: DynamicCache
+    head_len: int               # committed pairs in the head cache
+    pend_feats: torch.Tensor    # (1, T, H) target features not yet fed to the head
+    pend_tokens: torch.Tensor   # (1, T) the token that followed each of those features
+    root: int                   # last committed token, not yet in the target cache
+    produced: int = 0
+
+
+def encode_prompt(tokenizer, text: str, raw: bool = False) -> list[int]:
+    """Token ids of a user prompt, through the model's chat template unless `raw`."""
+    if raw or not getattr(tokenizer, "chat_template", None):
+        return tokenizer(text)["input_ids"]
+    return list(tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                              tokenize=True, return_dict=True)["input_ids"])
+
+
+class Decoder:
+    """Runs one method on one prompt and yields a record per step."""
+
+    def __init__(self, target, head, tokenizer, eos_ids: set[int] | None = None):
+        self.target, self.head, self.tok = target, head, tokenizer
+        self.body = getattr(target, target.base_model_prefix)
+        self.lm_head = target.get_output_embeddings()
+        self.device, self.dtype = target.device, target.dtype
+        eos = eos_ids if eos_ids is not None else target.generation_config.eos_token_id
+        self.eos = set(eos if isinstance(eos, (list, set, tuple)) else [eos]) - {None}
+
+    # ---- helpers -------------------------------------------------------------------------------
+    def _text(self, token: int) -> str:
+        return self.tok.decode([token])
+
+    def _sync(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    # ---- phases --------------------------------------------------------------------------------
+    def prefill(self, prompt_ids: list[int], cfg: DecodeConfig, gen) -> tuple[_State, StepRecord]:
+        t0 = self._sync()
+        ids = torch.tensor([prompt_ids], device=self.device)
+        cache = DynamicCache(config=self.target.config)
+        h = self.body(input_ids=ids, cache=cache, use_cache=True).last_hidden_state  # (1, P, H)
+        first = sample_token(self.lm_head(h[0, -1]), cfg.temperature, cfg.top_p, gen)
+        state = _State(target_cache=cache, head_cache=DynamicCache(config=self.head.config), head_len=0,
+                       pend_feats=h, pend_tokens=torch.tensor([prompt_ids[1:] + [first]], device=self.device),
+                       root=first, produced=1)
+        ms = (self._sync() - t0) * 1e3
+        rec = StepRecord(step=0, method=cfg.method, prefix_len=len(prompt_ids), nodes=(), accepted=(),
+                         bonus_token=first, new_tokens=(first,), new_texts=(self._text(first),),
+                         new_sources=("target",), draft_ms=0.0, verify_ms=ms, commit_ms=0.0)
+        return state, rec
+
+    def _head_step(self, st: _State, tokens: list[int], feats: torch.Tensor, visible: torch.Tensor,
+                   positions: list[int]) -> torch.Tensor:
+        """Run the head on new (token, feature) pairs appended to its cache -> draft log-probs (Q, V), feats."""
+        mask = additive_mask(visible, st.head_len, self.dtype).to(self.device)
+        out = self.head(torch.tensor([tokens], device=self.device), feats, mask,
+                        torch.tensor([positions], device=self.device), st.head_cache)[0]  # (Q, H)
+        return torch.log_softmax(self.lm_head(out).float(), dim=-1), out
+
+    def _catch_up(self, st: _State) -> tuple[torch.Tensor, torch.Tensor]:
+        """Feed the head the pairs committed since last step; returns the root's draft log-probs and feature."""
+        t = st.pend_tokens.shape[1]
+        causal = torch.ones(t, t, dtype=torch.bool).tril()
+        logp, out = self._head_step(st, st.pend_tokens[0].tolist(), st.pend_feats, causal,
+                                    list(range(st.head_len, st.head_len + t)))
+        st.head_len += t
+        return logp[-1], out[-1]
+
+    def _expand(self, st: _State, pool: list[Candidate], feats: dict[int, torch.Tensor], drafted: list[int],
+                nodes: list[int], k: int) -> list[int]:
+        """Draft the top-k children of `nodes` (all one depth) in one head forward; returns new pool indices."""
+        keys = drafted + nodes
+        where = {n: j for j, n in enumerate(keys)}
+        visible = torch.zeros(len(nodes), len(keys), dtype=torch.bool)
+        for q, n in enumerate(nodes):
+            a = n
+            while a > 0:  # the node and its drafted ancestors (the root's pair is already committed)
+                visible[q, where[a]] = True
+                a = pool[a].parent
+        depth = pool[nodes[0]].depth
+        logp, out = self._head_step(st, [pool[n].token for n in nodes], torch.stack([feats[n] for n in nodes])[None],
+                                    visible, [st.head_len - 1 + depth] * len(nodes))
+        drafted.extend(nodes)
+        top_lp, top_tok = logp.topk(k, dim=-1)  # (Q, k)
+        new = []
+        for q, n in enumerate(nodes):
+            pool[n].expanded = True
+            for r in range(k):
+                lp = float(top_lp[q, r])
+                pool.append(Candidate(parent=n, token=int(top_tok[q, r]), depth=depth + 1, rank=r, logp=lp,
+                                      score=pool[n].score + lp))
+                feats[len(pool) - 1] = out[q]
+                new.append(len(pool) - 1)
+        return new
+
+    def _root_children(self, st, pool, feats, k) -> list[int]:
+        logp, feat = self._catch_up(st)
+        lp, tok = logp.topk(k)
+        for r in range(k):
+            pool.append(Candidate(parent=0, token=int(tok[r]), depth=1, rank=r, logp=float(lp[r]),
+                                  score=float(lp[r])))
+            feats[len(pool) - 1] = feat
+        pool[0].expanded = True
+        return list(range(1, k + 1))
+
+    def draft_tree(self, st: _State, cfg: DecodeConfig) -> tuple[list[Candidate], list[int]]:
+        """Grow the draft tree; returns the whole candidate pool and the kept indices (root first)."""
+        pool = [Candidate(parent=-1, token=st.root, depth=0, rank=0, logp=0.0, score=0.0)]
+        feats: dict[int, torch.Tensor] = {}
+        drafted: list[int] = []
+        if cfg.method == "vanilla":
+            return pool, [0]
+        if cfg.method == "eagle2":
+            frontier = self._root_children(st, pool, feats, cfg.top_k)
+            for _ in range(cfg.depth - 1):
+                kids = self._expand(st, pool, feats, drafted, frontier, cfg.top_k)
+                frontier = sorted(kids, key=lambda i: -pool[i].score)[:cfg.top_k]  # best by cumulative score
+            kept = select_dynamic(pool, cfg.total_tokens - 1)
+        else:
+            spec = static_children(cfg.tree)
+            k = cfg.static_top_k
+            path_of = {0: ()}
+            level = [i for i in self._root_children(st, pool, feats, k) if pool[i].rank in spec[()]]
+            kept = [0]
+            while level:
+                kept += level
+                for i in level:
+                    path_of[i] = path_of[pool[i].parent] + (pool[i].rank,)
+                grow = [i for i in level if path_of[i] in spec]
+                if not grow:
+                    break
+                kids = self._expand(st, pool, feats, drafted, grow, k)
+                level = [c for c in kids if pool[c].rank in spec[path_of[pool[c].parent]]]
+            pool = [pool[i] for i in kept]  # a static tree drafts only its own nodes
+            remap = {old: new for new, old in enumerate(kept)}
+            for c in pool[1:]:
+                c.parent = remap[c.parent]
+            kept = list(range(len(pool)))
+        truncate(st.head_cache, st.head_len)  # drafted pairs never stay in the head cache
+        return pool, kept
+
+    def verify(self, st: _State, parents: list[int], tokens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One target forward over the whole kept tree -> post-norm features (N, H) and logits (N, V)."""
+        past = st.target_cache.get_seq_length()
+        ti = tree_inputs(parents, past, self.dtype, self.device)
+        ids = torch.tensor([tokens], device=self.device)
+        h = self.body(input_ids=ids, attention_mask=ti.mask, position_ids=ti.position_ids,
+                      cache=st.target_cache, use_cache=True).last_hidden_state[0]
+        return h, self.lm_head(h)
+
+    def commit(self, st: _State, path: list[int], tokens: list[int], bonus: int, h: torch.Tensor, past: int) -> None:
+        """Keep prefix + root + accepted path in the target cache; queue the new pairs for the head."""
+        rows = torch.tensor([0] + path, device=self.device)
+        keep_positions(st.target_cache, torch.cat([torch.arange(past, device=self.device), past + rows]))
+        st.pend_feats = h.index_select(0, rows)[None]
+        st.pend_tokens = torch.tensor([[tokens[i] for i in path] + [bonus]], device=self.device)
+        st.root = bonus
+
+    # ---- the loop ------------------------------------------------------------------------------
+    @torch.inference_mode()  # entered around each resume of the generator, not across yields
+    def run(self, prompt_ids: list[int], cfg: DecodeConfig,
+            should_stop: Callable[[], bool] | None = None) -> Iterator[StepRecord]:
+        """Decode until EOS or max_new_tokens, yielding one record per step (step 0 is the prefill)."""
+        gen = torch.Generator(device=self.device).manual_seed(cfg.seed)
+        st, rec = self.prefill(prompt_ids, cfg, gen)
+        yield rec
+        step = 0
+        done = rec.bonus_token in self.eos or st.produced >= cfg.max_new_tokens
+        while not done and not (should_stop and should_stop()):
+            step += 1
+            t0 = self._sync()
+            pool, kept = self.draft_tree(st, cfg)
+            t1 = self._sync()
+            past = st.target_cache.get_seq_length()
+            index = {old: new for new, old in enumerate(kept)}
+            parents = [-1] + [index[pool[i].parent] for i in kept[1:]]
+            tokens = [pool[i].token for i in kept]
+            h, logits = self.verify(st, parents, tokens)
+            if cfg.greedy:
+                dec = accept_greedy(parents, tokens, logits)
+            else:
+                dec = accept_sampling(parents, tokens, logits, cfg.temperature, cfg.top_p, gen)
+            t2 = self._sync()
+            self.commit(st, dec.accepted, tokens, dec.bonus, h, past)
+            new = [tokens[i] for i in dec.accepted] + [dec.bonus]
+            sources = ["draft"] * len(dec.accepted) + ["target"]
+            for j, t in enumerate(new):  # cut exactly where plain decoding would stop
+                if t in self.eos or st.produced + j + 1 >= cfg.max_new_tokens:
+                    new, sources, done = new[: j + 1], sources[: j + 1], True
+                    break
+            st.produced += len(new)
+            t3 = self._sync()
+            yield self._record(step, cfg, past + 1, pool, kept, dec, new, sources, (t1 - t0, t2 - t1, t3 - t2))
+
+    def _record(self, step, cfg, prefix_len, pool, kept, dec, new, sources, times) -> StepRecord:
+        """Freeze one step into plain data: every candidate, its status and the target's verdict."""
+        pos = {old: new_i for new_i, old in enumerate(kept)}
+        nodes = []
+        if cfg.method != "vanilla":
+            for i, c in enumerate(pool):
+                j = pos.get(i)
+                status = ROOT if i == 0 else KEPT if j is not None else PRUNED if c.expanded else UNEXPANDED
+                tt = dec.target_tokens[j] if (j is not None and dec.target_tokens) else None
+                nodes.append(Node(id=i, parent=c.parent, token=c.token, text=self._text(c.token), depth=c.depth,
+                                  rank=c.rank, prob=math.exp(c.logp) if i else 1.0,
+                                  score=c.score, status=status, expanded=c.expanded,
+                                  verdict=dec.verdicts[j] if j is not None else None, target_token=tt,
+                                  target_text=self._text(tt) if tt is not None else None))
+        return StepRecord(step=step, method=cfg.method, prefix_len=prefix_len, nodes=tuple(nodes),
+                          accepted=tuple(kept[j] for j in dec.accepted), bonus_token=dec.bonus,
+                          new_tokens=tuple(new), new_texts=tuple(self._text(t) for t in new),
+                          new_sources=tuple(sources), draft_ms=times[0] * 1e3, verify_ms=times[1] * 1e3,
+                          commit_ms=times[2] * 1e3)

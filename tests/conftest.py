@@ -1,0 +1,47 @@
+"""Shared fixtures: a tiny random Llama target with a random head, and the real embedded model (loaded once)."""
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+class CharTokenizer:
+    """A minimal tokenizer for tiny test models: token i is the letter chr(97 + i)."""
+
+    chat_template = None
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return "".join(chr(97 + int(i) % 26) for i in ids)
+
+    def __call__(self, text: str) -> dict:
+        return {"input_ids": [(ord(c) - 97) % 26 for c in text]}
+
+
+def tiny_target(vocab: int = 16, seed: int = 0, std: float = 0.02) -> LlamaForCausalLM:
+    """A 2-layer random Llama (float32, sdpa) small enough to run thousands of times."""
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      initializer_range=std, tie_word_embeddings=False)
+    cfg._attn_implementation = "sdpa"
+    model = LlamaForCausalLM(cfg).eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+@pytest.fixture
+def tiny():
+    from eagle2.head import new_head
+
+    target = tiny_target()
+    return target, new_head(target, seed=1), CharTokenizer()
+
+
+@pytest.fixture(scope="session")
+def embedded():
+    """The real SmolLM2-135M-Instruct bundle with its default head; loaded once per test session."""
+    from eagle2.loading import load
+
+    return load("embedded", device="cpu")

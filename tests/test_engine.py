@@ -1,0 +1,108 @@
+"""The decode loop on a tiny random model: tree invariants, greedy equality, EOS and limit cuts."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from eagle2.config import DecodeConfig
+from eagle2.engine import Decoder
+from eagle2.records import ACCEPTED, KEPT, PRUNED, REJECTED, ROOT, UNEXPANDED, StepRecord, Trace
+
+PROMPT = [3, 1, 4, 1, 5, 7, 2, 6]
+
+
+def reference(target, prompt, n, eos=None):
+    """transformers' own greedy generate: the ground truth every method must reproduce."""
+    out = target.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                          max_new_tokens=n, do_sample=False, eos_token_id=eos, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+def tokens(records):
+    return [t for r in records for t in r.new_tokens]
+
+
+@pytest.mark.parametrize("method", ["vanilla", "eagle1", "eagle2"])
+def test_greedy_equals_generate(tiny, method):
+    target, head, tok = tiny
+    ref = reference(target, PROMPT, 30)
+    recs = list(Decoder(target, head, tok).run(PROMPT, DecodeConfig(method=method, max_new_tokens=30, top_k=4)))
+    assert tokens(recs) == ref
+    assert sum(r.target_forwards for r in recs) == len(recs)
+
+
+def test_dynamic_tree_invariants(tiny):
+    target, head, tok = tiny
+    cfg = DecodeConfig(method="eagle2", max_new_tokens=12, total_tokens=10, depth=4, top_k=3)
+    recs = list(Decoder(target, head, tok).run(PROMPT, cfg))[1:]
+    for r in recs:
+        by_id = {n.id: n for n in r.nodes}
+        kept = [n for n in r.nodes if n.status in (ROOT, KEPT)]
+        assert len(kept) == cfg.total_tokens  # root + total_tokens - 1 drafted nodes
+        assert all(by_id[n.parent].status in (ROOT, KEPT) for n in kept if n.parent >= 0)  # connected
+        dropped = [n for n in r.nodes if n.status in (PRUNED, UNEXPANDED)]
+        # all candidates are recorded: root's top_k, then top_k frontier nodes x top_k children per level
+        assert len(r.nodes) == 1 + cfg.top_k + (cfg.depth - 1) * cfg.top_k ** 2
+        assert min(n.score for n in kept[1:]) >= max(n.score for n in dropped)  # kept = top of the pool
+        assert all(n.expanded for n in r.nodes if n.status == PRUNED)
+        assert not any(n.expanded for n in r.nodes if n.status == UNEXPANDED)
+        for n in r.nodes[1:]:
+            assert n.score == pytest.approx(by_id[n.parent].score + torch.tensor(n.prob).log().item(), abs=1e-4)
+        assert all(by_id[i].verdict == ACCEPTED for i in r.accepted)
+
+
+def test_static_tree_shape_is_the_preset(tiny):
+    target, head, tok = tiny
+    cfg = DecodeConfig(method="eagle1", max_new_tokens=6, top_k=4)
+    for r in list(Decoder(target, head, tok).run(PROMPT, cfg))[1:]:
+        assert len(r.nodes) == 26 and all(n.status in (ROOT, KEPT) for n in r.nodes)
+        assert max(n.depth for n in r.nodes) == 5
+
+
+def oracle_setup(tiny):
+    """vocab 8 with top_k 8: the root's children cover every token, so each step accepts at least one."""
+    from eagle2.head import new_head
+    from tests.conftest import tiny_target
+
+    target = tiny_target(vocab=8, std=0.3)
+    return target, new_head(target, seed=2), tiny[2]
+
+
+def test_limit_cuts_inside_an_accepted_path(tiny):
+    target, head, tok = oracle_setup(tiny)
+    cfg = DecodeConfig(method="eagle2", max_new_tokens=40, total_tokens=20, depth=4, top_k=8)
+    recs = list(Decoder(target, head, tok).run(PROMPT, cfg))
+    long_step = next(r for r in recs[1:] if len(r.accepted) >= 2)
+    before = sum(len(r.new_tokens) for r in recs if r.step < long_step.step)
+    limit = before + 1  # stop after the first accepted token of that step
+    cut = list(Decoder(target, head, tok).run(PROMPT, DecodeConfig(**{**cfg.__dict__, "max_new_tokens": limit})))
+    assert len(cut[-1].accepted) >= 2 and len(cut[-1].new_tokens) == 1
+    assert tokens(cut) == reference(target, PROMPT, limit)
+
+
+def test_eos_inside_an_accepted_path_stops_like_generate(tiny):
+    target, head, tok = oracle_setup(tiny)
+    cfg = DecodeConfig(method="eagle2", max_new_tokens=40, total_tokens=20, depth=4, top_k=8)
+    recs = list(Decoder(target, head, tok).run(PROMPT, cfg))
+    step = next(r for r in recs[1:] if len(r.accepted) >= 2)
+    eos = step.new_tokens[0]  # an accepted draft token that is not the step's last
+    ref = reference(target, PROMPT, 40, eos=eos)
+    out = tokens(list(Decoder(target, head, tok, eos_ids={eos}).run(PROMPT, cfg)))
+    assert out == ref and out[-1] == eos and len(out) < 40
+
+
+def test_records_round_trip_json(tiny):
+    target, head, tok = tiny
+    recs = list(Decoder(target, head, tok).run(PROMPT, DecodeConfig(max_new_tokens=5, top_k=3, total_tokens=6)))
+    trace = Trace(meta={"prompt": "x"}, runs={"eagle2": recs})
+    back = Trace.from_json(trace.to_json())
+    assert back.runs["eagle2"] == recs
+    assert isinstance(json.loads(trace.to_json()), dict)
+    assert any(n.verdict == REJECTED for r in recs for n in r.nodes) or all(len(r.accepted) for r in recs[1:])
+    with pytest.raises(ValueError, match="version"):
+        Trace.from_json(json.dumps({"version": 99, "runs": {}}))
+    with pytest.raises(ValueError, match="JSON"):
+        Trace.from_json("{oops")
+    assert StepRecord.from_dict(recs[1].to_dict()) == recs[1]

@@ -1,0 +1,277 @@
+"""Tests for viz/: tree layout, tree figure marks, token HTML and the analysis tables, on hand-made records."""
+from __future__ import annotations
+
+import ast
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from eagle2.records import ACCEPTED, KEPT, PRUNED, REJECTED, ROOT, UNEXPANDED, UNREACHED, Node, StepRecord
+from viz import (
+    accept_length_figure,
+    calibration_figure,
+    calibration_table,
+    metrics_rows,
+    position_heatmap,
+    position_table,
+    tidy_layout,
+    tokens_html,
+    tree_figure,
+    visible_text,
+)
+
+# (id, parent, text, depth, rank, prob, status, verdict)
+TREE = [
+    (0, -1, "Hello", 0, 0, 1.0, ROOT, ACCEPTED),
+    (1, 0, " world", 1, 0, 0.8, KEPT, ACCEPTED),
+    (2, 0, ",", 1, 1, 0.1, KEPT, REJECTED),
+    (3, 1, "!", 2, 0, 0.6, KEPT, ACCEPTED),
+    (4, 1, "\n", 2, 1, 0.2, KEPT, REJECTED),
+    (5, 3, " and", 3, 0, 0.3, KEPT, REJECTED),
+    (6, 2, "<b>", 2, 0, 0.5, KEPT, UNREACHED),
+    (7, 2, " x", 2, 1, 0.05, PRUNED, None),
+    (8, 7, "y", 3, 0, 0.4, UNEXPANDED, None),
+    (9, 0, "z", 1, 2, 0.05, UNEXPANDED, None),
+]
+
+
+def make_record(spec=TREE, accepted=(1, 3), new=((" world", "draft"), ("!", "draft"), (" there", "target")),
+                step: int = 1, method: str = "eagle2", ms=(10.0, 20.0, 1.0)) -> StepRecord:
+    """A tree record from a compact spec; token ids are 100 + node id, the bonus is token 42."""
+    nodes = []
+    for i, parent, text, depth, rank, prob, status, verdict in spec:
+        score = 0.0 if i == 0 else math.log(prob)
+        nodes.append(Node(id=i, parent=parent, token=100 + i, text=text, depth=depth, rank=rank, prob=prob,
+                          score=score, status=status, expanded=status != UNEXPANDED, verdict=verdict,
+                          target_token=7 if verdict == ACCEPTED else None,
+                          target_text="t" if verdict == ACCEPTED else None))
+    tokens = tuple(100 + accepted[k] if src == "draft" else 42 for k, (_, src) in enumerate(new))
+    return StepRecord(step=step, method=method, prefix_len=10, nodes=tuple(nodes), accepted=tuple(accepted),
+                      bonus_token=42, new_tokens=tokens, new_texts=tuple(t for t, _ in new),
+                      new_sources=tuple(s for _, s in new), draft_ms=ms[0], verify_ms=ms[1], commit_ms=ms[2])
+
+
+def plain_record(step: int, text: str, method: str = "vanilla", ms=(0.0, 50.0, 0.0)) -> StepRecord:
+    """A record with no tree: the prefill (step 0) or one plain decoding step."""
+    return StepRecord(step=step, method=method, prefix_len=10, nodes=(), accepted=(), bonus_token=5,
+                      new_tokens=(5,), new_texts=(text,), new_sources=("target",),
+                      draft_ms=ms[0], verify_ms=ms[1], commit_ms=ms[2])
+
+
+def node_traces(fig, cls=None):
+    return [t for t in fig.data if t.meta and "nodes" in t.meta and (cls is None or t.meta["nodes"] == cls)]
+
+
+def edge_count(fig, cls: str) -> int:
+    traces = [t for t in fig.data if t.meta and t.meta.get("edges") == cls]
+    assert len(traces) <= 1, "one trace per edge class"
+    return len(traces[0].x) // 3 if traces else 0
+
+
+def node_points(fig) -> dict:
+    """node id -> (x, y, colour, trace class, customdata) over all node traces but the bonus."""
+    out = {}
+    for t in node_traces(fig):
+        if t.meta["nodes"] == "bonus":
+            continue
+        for x, y, c, cd in zip(t.x, t.y, t.marker.color, t.customdata):
+            out[cd[0]] = (x, y, c, t.meta["nodes"], cd)
+    return out
+
+
+# ---- layout ---------------------------------------------------------------------------------------------
+
+def test_layout_exact_positions():
+    pos = tidy_layout([(0, -1), (1, 0), (2, 0), (3, 1), (4, 1), (5, 2)])
+    assert pos == {3: (0.0, -2.0), 4: (1.0, -2.0), 1: (0.5, -1.0), 5: (2.0, -2.0), 2: (2.0, -1.0), 0: (1.25, 0.0)}
+
+
+def test_layout_orders_children_by_rank_and_handles_root_only():
+    pos = tidy_layout([(0, -1), (1, 0), (2, 0)], rank={1: 1, 2: 0})
+    assert pos[2][0] < pos[1][0]
+    assert tidy_layout([(0, -1)]) == {0: (0.0, 0.0)}
+    assert tidy_layout([]) == {}
+
+
+def test_layout_deep_chain_does_not_recurse():
+    pos = tidy_layout([(i, i - 1) for i in range(5000)])
+    assert pos[4999] == (0.0, -4999.0) and pos[0] == (0.0, 0.0)
+
+
+# ---- tree figure ----------------------------------------------------------------------------------------
+
+def test_tree_figure_marks_and_counts():
+    rec = make_record()
+    fig = tree_figure(rec)
+    pts = node_points(fig)
+    assert sorted(pts) == list(range(len(TREE)))
+    assert sum(len(t.x) for t in node_traces(fig)) == len(TREE) + 1  # + bonus
+    # Edge classes: one per accepted node, per other verified node, per pruned/unexpanded node, + bonus.
+    assert edge_count(fig, "accepted") == len(rec.accepted) == 2
+    assert edge_count(fig, "verified") == 4
+    assert edge_count(fig, "pruned") == sum(n.status in (PRUNED, UNEXPANDED) for n in rec.nodes) == 3
+    assert edge_count(fig, "bonus") == 1
+    # Colour is the draft probability on one 0..1 colour axis.
+    assert {i: p[2] for i, p in pts.items()} == {n.id: n.prob for n in rec.nodes}
+    assert fig.layout.coloraxis.cmin == 0 and fig.layout.coloraxis.cmax == 1
+    assert "layout" not in fig.layout.template.to_plotly_json()  # template="none": no theme bloat
+    # Marks per class.
+    assert {i for i, p in pts.items() if p[3] == "accepted"} == {1, 3}
+    assert {i for i, p in pts.items() if p[3] == "rejected"} == {2, 4, 5}
+    assert {i for i, p in pts.items() if p[3] == "pruned"} == {7, 8, 9}
+    (rejected,) = node_traces(fig, "rejected")
+    assert rejected.marker.symbol == "circle-x" and rejected.marker.line.color == "#d7191c"
+    (faded,) = node_traces(fig, "pruned")
+    assert faded.marker.opacity < 1
+    (acc,) = node_traces(fig, "accepted")
+    assert acc.marker.line.width > node_traces(fig, "verified")[0].marker.line.width
+
+
+def test_tree_figure_labels_and_hover():
+    pts = node_points(tree_figure(make_record()))
+    cd = {i: p[4] for i, p in pts.items()}
+    assert cd[1][1] == "␣world" and cd[4][1] == "↵" and cd[6][1] == "&lt;b&gt;"
+    assert cd[2][2] == 102 and cd[2][6] == 1 and cd[2][7] == KEPT and cd[2][8] == REJECTED
+    assert cd[3][9] == "t (7)" and cd[6][9] == "—"
+    assert cd[5][4] == pytest.approx(math.log(0.3))
+
+
+def test_tree_figure_bonus_below_last_accepted_and_layout_centred():
+    fig = tree_figure(make_record())
+    pts = node_points(fig)
+    (bonus,) = node_traces(fig, "bonus")
+    assert bonus.text == ("␣there",) and bonus.marker.symbol == "star"
+    assert bonus.customdata[0][2] == 42
+    bx, by = bonus.x[0], bonus.y[0]
+    assert by == pts[3][1] - 1
+    # Every parent sits at the mean x of its drawn children (the bonus counts as a child of node 3).
+    children: dict[int, list[float]] = {}
+    for n in TREE[1:]:
+        children.setdefault(n[1], []).append(pts[n[0]][0])
+    children.setdefault(3, []).append(bx)
+    for parent, xs in children.items():
+        assert pts[parent][0] == pytest.approx(sum(xs) / len(xs))
+    leaf_xs = [pts[i][0] for i in (4, 5, 6, 8, 9)] + [bx]
+    assert len(set(leaf_xs)) == len(leaf_xs)
+    assert all(pts[i][1] == -n[3] for i, n in zip(range(len(TREE)), TREE))
+
+
+def test_tree_figure_bonus_under_root_when_nothing_accepted():
+    spec = [(0, -1, "A", 0, 0, 1.0, ROOT, ACCEPTED), (1, 0, "b", 1, 0, 0.7, KEPT, REJECTED)]
+    fig = tree_figure(make_record(spec, accepted=(), new=(("c", "target"),)))
+    (bonus,) = node_traces(fig, "bonus")
+    assert bonus.y[0] == -1 and bonus.text == ("c",)
+    assert edge_count(fig, "accepted") == 0 and edge_count(fig, "verified") == 1
+    root_x = node_points(fig)[0][0]
+    bonus_edge = [t for t in fig.data if t.meta and t.meta.get("edges") == "bonus"][0]
+    assert bonus_edge.x[0] == root_x and bonus_edge.x[1] == bonus.x[0]
+
+
+def test_tree_figure_no_bonus_when_cut_at_eos():
+    fig = tree_figure(make_record(new=((" world", "draft"),)))
+    assert not node_traces(fig, "bonus") and edge_count(fig, "bonus") == 0
+    assert sum(len(t.x) for t in node_traces(fig)) == len(TREE)
+
+
+def test_tree_figure_hides_pruned():
+    fig = tree_figure(make_record(), show_pruned=False)
+    assert sorted(node_points(fig)) == [0, 1, 2, 3, 4, 5, 6]
+    assert edge_count(fig, "pruned") == 0 and edge_count(fig, "verified") == 4
+
+
+@pytest.mark.parametrize("step, words", [(0, "prefill: no draft tree"), (4, "plain decoding")])
+def test_tree_figure_without_tree(step, words):
+    fig = tree_figure(plain_record(step, "Hi"))
+    assert not [t for t in fig.data if "markers" in (t.mode or "")]
+    assert words in fig.layout.annotations[0].text
+
+
+def test_visible_text():
+    assert visible_text(" a\tb\n") == "␣a⇥b↵"
+    assert visible_text("\ufffd") == "\ufffd" and visible_text("") == "∅"
+    assert visible_text("\x01") == "\\x01"
+    assert visible_text("abcdefghijklmnop", 6) == "abcde…"
+
+
+# ---- tokens ---------------------------------------------------------------------------------------------
+
+def test_tokens_html_spans():
+    recs = [plain_record(0, "<b>&\n"), make_record()]
+    out = tokens_html(recs)
+    spans = re.findall(r'<span class="tok tok-(\w+)" data-step="(\d+)" title="([^"]*)"[^>]*>(.*?)</span>', out)
+    assert [(s[0], s[1], s[3]) for s in spans] == [
+        ("target", "0", "&lt;b&gt;&amp;<br>"), ("draft", "1", " world"), ("draft", "1", "!"), ("target", "1", " there"),
+    ]
+    assert all(s[2].startswith(f"step {s[1]}") for s in spans)
+    assert "<b>" not in out and "tok-legend" in out
+
+
+# ---- analysis -------------------------------------------------------------------------------------------
+
+CHAIN = [  # a second step: p=1.0 accepted (must land in the top bin), p=0.9 rejected, unreached 0.95 ignored
+    (0, -1, "A", 0, 0, 1.0, ROOT, ACCEPTED),
+    (1, 0, "b", 1, 0, 1.0, KEPT, ACCEPTED),
+    (2, 1, "c", 2, 0, 0.9, KEPT, REJECTED),
+    (3, 2, "d", 3, 0, 0.95, KEPT, UNREACHED),
+]
+
+
+def analysis_records():
+    return [plain_record(0, "A", "eagle2"), make_record(),
+            make_record(CHAIN, accepted=(1,), new=(("b", "draft"), ("e", "target")), step=2)]
+
+
+def test_calibration_table_counts():
+    rows = calibration_table(analysis_records(), bins=2)
+    assert [(r["bin_lo"], r["bin_hi"], r["n"], r["accepted"]) for r in rows] == [(0.0, 0.5, 3, 0), (0.5, 1.0, 4, 3)]
+    assert rows[0]["rate"] == 0.0 and rows[1]["rate"] == 0.75
+    rows10 = calibration_table(analysis_records(), bins=10)
+    assert sum(r["n"] for r in rows10) == 7 and rows10[9]["n"] == 2 and rows10[9]["accepted"] == 1
+    assert rows10[4]["rate"] is None
+    with pytest.raises(ValueError):
+        calibration_table([], bins=0)
+
+
+def test_calibration_figure_plots_rates():
+    fig = calibration_figure({"eagle2": analysis_records()}, bins=2)
+    assert list(fig.data[0].x) == [0, 1] and list(fig.data[0].y) == [0, 1]
+    assert list(fig.data[1].y) == [0.0, 0.75] and fig.data[1].name == "eagle2"
+    assert "no verified" in calibration_figure({"vanilla": [plain_record(0, "A")]}).layout.annotations[0].text
+
+
+def test_position_table_and_heatmap():
+    table = position_table(analysis_records())
+    assert table == {(1, 0): (2, 2), (1, 1): (1, 0), (2, 0): (2, 1), (2, 1): (1, 0), (3, 0): (1, 0)}
+    hm = position_heatmap(analysis_records()).data[0]
+    assert list(hm.y) == [1, 2, 3] and list(hm.x) == [0, 1]
+    assert hm.z[0][0] == 1.0 and hm.z[1][0] == 0.5 and hm.z[2][1] is None and hm.text[1][0] == "1/2"
+    capped = position_heatmap(analysis_records(), max_depth=1, max_rank=0).data[0]
+    assert list(capped.y) == [1] and list(capped.x) == [0]
+
+
+def test_accept_length_figure_skips_prefill():
+    fig = accept_length_figure({"eagle2": analysis_records()})
+    assert list(fig.data[0].x) == [1, 2] and list(fig.data[0].y) == [3, 2]
+    assert "2.50" in fig.data[0].name
+
+
+def test_metrics_rows():
+    runs = {"eagle2": analysis_records(), "vanilla": [plain_record(i, "x") for i in range(4)]}
+    rows = {r["method"]: r for r in metrics_rows(runs, vanilla_tokens_per_s=20.0)}
+    e = rows["eagle2"]
+    assert (e["tokens"], e["target_forwards"]) == (6, 3) and e["mean_accept_length"] == 2.0
+    assert e["time_s"] == pytest.approx(0.112)  # 50 ms prefill + 2 x 31 ms
+    assert e["tokens_per_s"] == pytest.approx(6 / 0.112) and e["speedup"] == pytest.approx(6 / 0.112 / 20.0)
+    assert rows["vanilla"]["tokens_per_s"] == pytest.approx(20.0) and rows["vanilla"]["mean_accept_length"] == 1.0
+    assert metrics_rows(runs)[0]["speedup"] is None
+
+
+def test_viz_imports_no_heavy_libraries():
+    banned = {"torch", "transformers", "gradio"}
+    for path in (Path(__file__).resolve().parents[1] / "viz").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not {n.split(".")[0] for n in names} & banned, path.name
