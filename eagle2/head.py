@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import LlamaConfig
@@ -92,7 +93,7 @@ def load_head(directory: str | Path, target) -> DraftHead:
     try:
         cfg = json.loads(cfg_path.read_text())
         weights = _read_weights(directory)
-    except (json.JSONDecodeError, OSError, RuntimeError, ValueError) as e:
+    except (json.JSONDecodeError, OSError, RuntimeError, ValueError, SafetensorError, EOFError) as e:
         raise ValueError(f"draft head in {directory} is unreadable: {e}") from None
     tc = target.config
     for key in ("hidden_size", "vocab_size"):

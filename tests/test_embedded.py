@@ -1,0 +1,64 @@
+"""The real embedded model (SmolLM2-135M-Instruct, float32 CPU): every method equals transformers' greedy generate."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eagle2.api import run
+from eagle2.config import DecodeConfig
+from eagle2.engine import encode_prompt
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = [
+    ("What is 2+2? Answer in one short sentence.", 64),   # ends at EOS well before the limit
+    ("Write a short poem about autumn leaves.", 40),       # cut by the limit
+    ("def fibonacci(n):", 40),                              # code
+]
+
+
+def greedy_reference(bundle, ids, n):
+    x = torch.tensor([ids])
+    out = bundle.target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False)
+    return out[0, len(ids):].tolist()
+
+
+@pytest.fixture(scope="module")
+def references(embedded):
+    refs = {}
+    for text, n in PROMPTS:
+        ids = encode_prompt(embedded.tokenizer, text)
+        refs[text] = (ids, greedy_reference(embedded, ids, n))
+    return refs
+
+
+@pytest.mark.parametrize("method", ["eagle2", "eagle1"])
+def test_greedy_equals_transformers_generate(embedded, references, method):
+    for text, n in PROMPTS:
+        ids, ref = references[text]
+        res = run(embedded, ids, DecodeConfig(method=method, max_new_tokens=n))
+        assert res.token_ids == ref, text
+    eos = embedded.target.generation_config.eos_token_id
+    eos = set(eos) if isinstance(eos, list) else {eos}
+    short, limited = references[PROMPTS[0][0]][1], references[PROMPTS[1][0]][1]
+    assert short[-1] in eos and len(short) < PROMPTS[0][1]  # the first prompt really ends at EOS
+    assert len(limited) == PROMPTS[1][1]                     # the second really hits the limit
+
+
+def test_limit_inside_an_accepted_path_on_the_real_model(embedded, references):
+    ids, _ = references[PROMPTS[1][0]]
+    full = run(embedded, ids, DecodeConfig(method="eagle2", max_new_tokens=40))
+    step = next((r for r in full.records[1:] if len(r.accepted) >= 2), None)
+    if step is None:
+        pytest.skip(f"head {embedded.head_name} accepted no 2-token path on this prompt (untrained head?)")
+    limit = sum(len(r.new_tokens) for r in full.records if r.step < step.step) + 1
+    cut = run(embedded, ids, DecodeConfig(method="eagle2", max_new_tokens=limit))
+    assert len(cut.records[-1].accepted) >= 2 and len(cut.records[-1].new_tokens) == 1
+    assert cut.token_ids == greedy_reference(embedded, ids, limit)
+
+
+def test_plain_decoding_is_one_token_per_forward(embedded, references):
+    ids, ref = references[PROMPTS[0][0]]
+    res = run(embedded, ids, DecodeConfig(method="vanilla", max_new_tokens=64))
+    assert res.token_ids == ref
+    assert res.to_json()["mean_accept_length"] == 1.0
