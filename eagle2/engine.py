@@ -123,12 +123,13 @@ class Decoder:
                                     visible, [st.head_len - 1 + depth] * len(nodes))
         drafted.extend(nodes)
         top_lp, top_tok = logp.topk(k, dim=-1)  # (Q, k)
+        top_lp, top_tok = top_lp.tolist(), top_tok.tolist()  # one host transfer, not Q * k
         new = []
         for q, n in enumerate(nodes):
             pool[n].expanded = True
             for r in range(k):
-                lp = float(top_lp[q, r])
-                pool.append(Candidate(parent=n, token=int(top_tok[q, r]), depth=depth + 1, rank=r, logp=lp,
+                lp = top_lp[q][r]
+                pool.append(Candidate(parent=n, token=top_tok[q][r], depth=depth + 1, rank=r, logp=lp,
                                       score=pool[n].score + lp))
                 feats[len(pool) - 1] = out[q]
                 new.append(len(pool) - 1)
@@ -136,10 +137,9 @@ class Decoder:
 
     def _root_children(self, st, pool, feats, k) -> list[int]:
         logp, feat = self._catch_up(st)
-        lp, tok = logp.topk(k)
+        lp, tok = (t.tolist() for t in logp.topk(k))
         for r in range(k):
-            pool.append(Candidate(parent=0, token=int(tok[r]), depth=1, rank=r, logp=float(lp[r]),
-                                  score=float(lp[r])))
+            pool.append(Candidate(parent=0, token=tok[r], depth=1, rank=r, logp=lp[r], score=lp[r]))
             feats[len(pool) - 1] = feat
         pool[0].expanded = True
         return list(range(1, k + 1))

@@ -1,0 +1,47 @@
+"""The command-line contract: `generate --json` fields and `bench` output on the embedded model."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eagle2.__main__ import main
+
+pytestmark = pytest.mark.slow
+
+
+def test_generate_json_contract(capsys, embedded):
+    assert main(["generate", "--prompt", "Name three colours.", "--max-new-tokens", "12", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for key in ("method", "text", "token_ids", "new_tokens", "target_forwards", "mean_accept_length", "wall_s",
+                "tokens_per_s", "steps"):
+        assert key in out, key
+    assert out["method"] == "eagle2" and out["new_tokens"] == len(out["token_ids"]) <= 12
+    assert out["mean_accept_length"] == pytest.approx(out["new_tokens"] / out["target_forwards"])
+
+
+def test_generate_plain_text_and_errors(capsys):
+    assert main(["generate", "--prompt", "Say hi.", "--method", "vanilla", "--max-new-tokens", "4"]) == 0
+    assert capsys.readouterr().out.strip()
+    assert main(["generate", "--prompt", "   "]) == 2
+    assert "empty" in capsys.readouterr().err
+    assert main(["generate", "--prompt", "x", "--tree", "[[1, 0]]"]) == 2
+    assert "prefix-closed" in capsys.readouterr().err
+    assert main(["generate", "--prompt", "x", "--top-k", "99"]) == 2
+    assert "top_k" in capsys.readouterr().err
+
+
+def test_bench_writes_the_json_contract(tmp_path, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"turns": ["Count to five.", "ignored"]}) + "\n" +
+                       json.dumps({"prompt": "Name a fruit."}) + "\n")
+    out = tmp_path / "res.json"
+    assert main(["bench", "--prompts", str(prompts), "--max-new-tokens", "8", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert set(res["methods"]) == {"vanilla", "eagle1", "eagle2"}
+    for m, r in res["methods"].items():
+        assert r["matches_vanilla"] == 1.0, m  # lossless: every prompt equals plain decoding
+        for key in ("mean_accept_length", "tokens_per_s", "speedup_vs_vanilla"):
+            assert r[key] is not None and r[key] > 0
+    assert res["methods"]["vanilla"]["mean_accept_length"] == 1.0
+    assert "eagle2" in capsys.readouterr().out
