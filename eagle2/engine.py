@@ -64,6 +64,12 @@ class Decoder:
         self.device, self.dtype = target.device, target.dtype
         eos = eos_ids if eos_ids is not None else target.generation_config.eos_token_id
         self.eos = set(eos if isinstance(eos, (list, set, tuple)) else [eos]) - {None}
+        # The draft may score only a frequent subset of the vocabulary (lossless: the target verifies
+        # with its full lm_head). Rows of the lm_head are gathered once here.
+        vocab = getattr(head, "draft_vocab", None)
+        self.draft_ids = None if vocab is None else vocab.to(self.device)
+        w = self.lm_head.weight
+        self.draft_w = w if self.draft_ids is None else w.index_select(0, self.draft_ids)  # (M, H)
 
     # ---- helpers -------------------------------------------------------------------------------
     def _text(self, token: int) -> str:
@@ -96,7 +102,14 @@ class Decoder:
         mask = additive_mask(visible, st.head_len, self.dtype).to(self.device)
         out = self.head(torch.tensor([tokens], device=self.device), feats, mask,
                         torch.tensor([positions], device=self.device), st.head_cache)[0]  # (Q, H)
-        return torch.log_softmax(self.lm_head(out).float(), dim=-1), out
+        return torch.log_softmax((out @ self.draft_w.T).float(), dim=-1), out
+
+    def _draft_topk(self, logp: torch.Tensor, k: int) -> tuple[list, list]:
+        """Top-k draft tokens (vocabulary ids) and log-probs, as Python lists: one host transfer."""
+        lp, idx = logp.topk(k, dim=-1)
+        if self.draft_ids is not None:
+            idx = self.draft_ids[idx]
+        return lp.tolist(), idx.tolist()
 
     def _catch_up(self, st: _State) -> tuple[torch.Tensor, torch.Tensor]:
         """Feed the head the pairs committed since last step; returns the root's draft log-probs and feature."""
@@ -122,8 +135,7 @@ class Decoder:
         logp, out = self._head_step(st, [pool[n].token for n in nodes], torch.stack([feats[n] for n in nodes])[None],
                                     visible, [st.head_len - 1 + depth] * len(nodes))
         drafted.extend(nodes)
-        top_lp, top_tok = logp.topk(k, dim=-1)  # (Q, k)
-        top_lp, top_tok = top_lp.tolist(), top_tok.tolist()  # one host transfer, not Q * k
+        top_lp, top_tok = self._draft_topk(logp, k)  # (Q, k) each
         new = []
         for q, n in enumerate(nodes):
             pool[n].expanded = True
@@ -137,7 +149,7 @@ class Decoder:
 
     def _root_children(self, st, pool, feats, k) -> list[int]:
         logp, feat = self._catch_up(st)
-        lp, tok = (t.tolist() for t in logp.topk(k))
+        lp, tok = self._draft_topk(logp, k)
         for r in range(k):
             pool.append(Candidate(parent=0, token=tok[r], depth=1, rank=r, logp=lp[r], score=lp[r]))
             feats[len(pool) - 1] = feat
@@ -197,11 +209,23 @@ class Decoder:
         st.pend_tokens = torch.tensor([[tokens[i] for i in path] + [bonus]], device=self.device)
         st.root = bonus
 
+    def check_prompt(self, prompt_ids: list[int], cfg: DecodeConfig) -> None:
+        """Refuse an empty prompt, or one that leaves no room in the model's context for the answer and a tree."""
+        if not prompt_ids:
+            raise ValueError("the prompt is empty")
+        limit = getattr(self.target.config, "max_position_embeddings", None)
+        room = cfg.max_new_tokens + max(cfg.total_tokens, len(cfg.tree) + 1)
+        if limit and len(prompt_ids) + room > limit:
+            raise ValueError(f"the prompt is {len(prompt_ids)} tokens; with max_new_tokens={cfg.max_new_tokens} and "
+                             f"the draft tree it needs {len(prompt_ids) + room}, but the model's context is {limit}"
+                             f" tokens: shorten the prompt to at most {limit - room} tokens")
+
     # ---- the loop ------------------------------------------------------------------------------
     @torch.inference_mode()  # entered around each resume of the generator, not across yields
     def run(self, prompt_ids: list[int], cfg: DecodeConfig,
             should_stop: Callable[[], bool] | None = None) -> Iterator[StepRecord]:
         """Decode until EOS or max_new_tokens, yielding one record per step (step 0 is the prefill)."""
+        self.check_prompt(prompt_ids, cfg)
         gen = torch.Generator(device=self.device).manual_seed(cfg.seed)
         st, rec = self.prefill(prompt_ids, cfg, gen)
         yield rec

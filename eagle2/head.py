@@ -16,6 +16,7 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
+DRAFT_VOCAB = "draft_vocab.safetensors"
 CONFIG_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
                "rms_norm_eps", "max_position_embeddings", "head_dim", "rope_theta", "rope_scaling",
                "rope_parameters", "hidden_act")
@@ -33,6 +34,7 @@ class DraftHead(nn.Module):
         self.layers[0].input_layernorm = nn.Identity()  # EAGLE drops it: fc output feeds attention directly
         self.rotary = LlamaRotaryEmbedding(config=config)
         self.embed_tokens: nn.Embedding | None = None  # set from the checkpoint or shared with the target
+        self.draft_vocab: torch.Tensor | None = None    # token ids the draft scores; None = all
 
     def forward(self, token_ids: torch.Tensor, features: torch.Tensor, mask: torch.Tensor,
                 position_ids: torch.Tensor, cache=None) -> torch.Tensor:
@@ -72,7 +74,7 @@ def new_head(target, seed: int = 0) -> DraftHead:
                 nn.init.zeros_(m.bias)
     head.embed_tokens = target.get_input_embeddings()
     head.source = "random (untrained)"
-    return head.to(dtype=target.dtype, device=target.device).eval()
+    return head.to(dtype=target.dtype, device=target.device).eval().requires_grad_(False)
 
 
 def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -112,8 +114,28 @@ def load_head(directory: str | Path, target) -> DraftHead:
         head.embed_tokens = nn.Embedding.from_pretrained(embed, freeze=True)
     else:
         head.embed_tokens = target.get_input_embeddings()
+    head.draft_vocab = _read_draft_vocab(directory, tc.vocab_size)
     head.source = str(directory)
-    return head.to(dtype=target.dtype, device=target.device).eval()
+    return head.to(dtype=target.dtype, device=target.device).eval().requires_grad_(False)
+
+
+def _read_draft_vocab(directory: Path, vocab_size: int) -> torch.Tensor | None:
+    """Optional `draft_vocab.safetensors` (`token_ids`): the subset of the vocabulary the draft scores."""
+    path = directory / DRAFT_VOCAB
+    if not path.exists():
+        return None
+    try:
+        ids = load_file(str(path))["token_ids"].long()
+    except (OSError, KeyError, SafetensorError) as e:
+        raise ValueError(f"{path} is unreadable: {e}") from None
+    if ids.ndim != 1 or ids.numel() == 0 or int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
+        raise ValueError(f"{path}: token ids must be a non-empty 1-D list inside 0..{vocab_size - 1}")
+    return ids
+
+
+def save_draft_vocab(token_ids: torch.Tensor, directory: str | Path) -> None:
+    """Store the draft's reduced vocabulary beside a head (most frequent tokens first)."""
+    save_file({"token_ids": token_ids.to(torch.int64).contiguous()}, str(Path(directory) / DRAFT_VOCAB))
 
 
 def save_head(head: DraftHead, directory: str | Path, dtype: torch.dtype = torch.float16,

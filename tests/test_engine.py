@@ -106,3 +106,22 @@ def test_records_round_trip_json(tiny):
     with pytest.raises(ValueError, match="JSON"):
         Trace.from_json("{oops")
     assert StepRecord.from_dict(recs[1].to_dict()) == recs[1]
+
+
+def test_reduced_draft_vocabulary_stays_lossless(tiny):
+    target, head, tok = tiny
+    head.draft_vocab = torch.tensor([0, 2, 4, 6, 8, 10])  # the draft may only propose even tokens < 12
+    dec = Decoder(target, head, tok)
+    recs = list(dec.run(PROMPT, DecodeConfig(method="eagle2", max_new_tokens=30, top_k=4, total_tokens=10)))
+    assert tokens(recs) == reference(target, PROMPT, 30)
+    drafted = {n.token for r in recs[1:] for n in r.nodes[1:]}
+    assert drafted and drafted <= {0, 2, 4, 6, 8, 10}
+
+
+def test_prompt_longer_than_context_is_refused_with_the_limit(tiny):
+    target, head, tok = tiny
+    dec = Decoder(target, head, tok)
+    with pytest.raises(ValueError, match="context is 512 tokens"):
+        next(dec.run([1] * 500, DecodeConfig(max_new_tokens=16)))
+    with pytest.raises(ValueError, match="empty"):
+        next(dec.run([], DecodeConfig()))
