@@ -17,6 +17,7 @@ from transformers import DynamicCache
 
 from .config import DecodeConfig
 from .records import KEPT, PRUNED, ROOT, UNEXPANDED, Node, StepRecord
+from .tokens import TokenText
 from .tree import Candidate, additive_mask, select_dynamic, static_children, tree_inputs
 from .verify import accept_greedy, accept_sampling, sample_token
 
@@ -59,6 +60,7 @@ class Decoder:
 
     def __init__(self, target, head, tokenizer, eos_ids: set[int] | None = None):
         self.target, self.head, self.tok = target, head, tokenizer
+        self.token_text = TokenText(tokenizer)
         self.body = getattr(target, target.base_model_prefix)
         self.lm_head = target.get_output_embeddings()
         self.device, self.dtype = target.device, target.dtype
@@ -73,7 +75,7 @@ class Decoder:
 
     # ---- helpers -------------------------------------------------------------------------------
     def _text(self, token: int) -> str:
-        return self.tok.decode([token])
+        return self.token_text(token)
 
     def _sync(self) -> float:
         if self.device.type == "cuda":

@@ -62,3 +62,16 @@ def test_plain_decoding_is_one_token_per_forward(embedded, references):
     res = run(embedded, ids, DecodeConfig(method="vanilla", max_new_tokens=64))
     assert res.token_ids == ref
     assert res.to_json()["mean_accept_length"] == 1.0
+
+
+def test_partial_utf8_tokens_are_shown_by_their_bytes(embedded):
+    from eagle2.tokens import TokenText
+
+    tok = embedded.tokenizer
+    ids = tok("smile 😀 and 中文 مرحبا")["input_ids"]
+    shown = [TokenText(tok)(i) for i in ids]
+    assert not any("\ufffd" in s for s in shown)
+    assert any("\\xf0\\x9f" in s for s in shown)  # the emoji's leading bytes, visible as bytes
+    assert "".join(shown).count("م") == 1
+    res = run(embedded, "Reply with one emoji: 😀", DecodeConfig(method="eagle2", max_new_tokens=6))
+    assert not any("\ufffd" in n.text for r in res.records for n in r.nodes)
