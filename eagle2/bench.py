@@ -122,6 +122,18 @@ def cmd_bench(args: argparse.Namespace) -> None:
         raise ValueError("hf_greedy and hf_lookup are greedy baselines: use --temperature 0")
     bundle = load(args.model, args.head, args.device)
     print(bundle.describe(), file=sys.stderr)
+    if args.sweep:
+        from .sweep import run_sweep, write_plots
+
+        rows = run_sweep(bundle, prompts, config_from(args, "eagle2"))
+        for r in rows:
+            print(f"{r['method']:<8} {r['label']:<14} nodes {r['total_tokens']:>3} tau {r['tau']:.2f} "
+                  f"tok/s {r['tokens_per_s']:.2f} x{r['speedup']:.2f}")
+        prefix = args.sweep_out
+        Path(prefix).parent.mkdir(parents=True, exist_ok=True)
+        Path(f"{prefix}.json").write_text(json.dumps({"device": bundle.describe(), "rows": rows}, indent=2))
+        print("wrote", ", ".join(write_plots(rows, prefix) + [f"{prefix}.json"]), file=sys.stderr)
+        return
     res = run_bench(bundle, prompts, methods, lambda m: config_from(args, m), args.max_new_tokens,
                     progress=lambda s: print(s, file=sys.stderr))
     res.update(device=bundle.describe(), settings={k: v for k, v in vars(args).items() if k != "func"})
@@ -136,5 +148,7 @@ def add_parser(sub, decode_args) -> None:
     b.add_argument("--limit", type=int, default=None)
     b.add_argument("--methods", default="vanilla,eagle1,eagle2")
     b.add_argument("--json", default=None, help="write results to this file")
+    b.add_argument("--sweep", action="store_true", help="sweep tree size and depth for both tree kinds")
+    b.add_argument("--sweep-out", default="docs/sweep", help="path prefix of the sweep's .json/.html/.png")
     decode_args(b)
     b.set_defaults(func=cmd_bench)

@@ -1,0 +1,79 @@
+"""`bench --sweep`: tokens/s and mean accept length against tree size and depth, for both tree kinds.
+
+EAGLE-2 runs over a grid of total tokens x depth; EAGLE-1 runs the mc_sim_7b_63 tree cut at each depth
+and a chain of each depth. Plain decoding runs once for the speedup baseline. All in one process.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+
+from .config import DecodeConfig, parse_tree
+
+TOTALS = (8, 16, 26, 40, 60)
+DEPTHS = (3, 5, 7)
+
+
+def static_variants(max_depth: int = 7) -> list[tuple[str, tuple]]:
+    """(label, paths): mc_sim_7b_63 cut at each depth, and chains."""
+    mc = parse_tree("mc_sim_7b_63", 20)
+    out = []
+    for d in range(2, 6):
+        out.append((f"mc_sim<=d{d}", tuple(p for p in mc if len(p) <= d)))
+    for d in (3, 5, max_depth):
+        out.append((f"chain_{d}", tuple((0,) * i for i in range(1, d + 1))))
+    return out
+
+
+def run_sweep(bundle, prompts: list[str], base: DecodeConfig, totals=TOTALS, depths=DEPTHS,
+              progress=lambda s: print(s, file=sys.stderr)) -> list[dict]:
+    """One row per configuration: method, label, total_tokens, depth, tokens_per_s, tau, speedup."""
+    from .api import run
+    from .engine import encode_prompt
+
+    encoded = [encode_prompt(bundle.tokenizer, p) for p in prompts]
+    run(bundle, encoded[0], replace(base, method="eagle2", max_new_tokens=8))  # warm-up
+
+    def measure(cfg: DecodeConfig) -> tuple[float, float]:
+        tokens = forwards = 0
+        wall = 0.0
+        for ids in encoded:
+            res = run(bundle, ids, cfg)
+            tokens += len(res.token_ids)
+            forwards += sum(r.target_forwards for r in res.records)
+            wall += res.wall_s
+        return tokens / wall, tokens / forwards
+
+    vtps, _ = measure(replace(base, method="vanilla"))
+    rows = [{"method": "vanilla", "label": "vanilla", "total_tokens": 1, "depth": 0, "tokens_per_s": vtps,
+             "tau": 1.0, "speedup": 1.0}]
+    configs = [("eagle2", f"T{t} D{d}", replace(base, method="eagle2", total_tokens=t, depth=d))
+               for d in depths for t in totals]
+    configs += [("eagle1", label, replace(base, method="eagle1", tree=paths, depth=max(len(p) for p in paths)))
+                for label, paths in static_variants(max(depths))]
+    for i, (method, label, cfg) in enumerate(configs, start=1):
+        tps, tau = measure(cfg)
+        total = cfg.total_tokens if method == "eagle2" else len(cfg.tree) + 1
+        rows.append({"method": method, "label": label, "total_tokens": total, "depth": cfg.depth,
+                     "tokens_per_s": tps, "tau": tau, "speedup": tps / vtps})
+        progress(f"sweep {i}/{len(configs)}: {method} {label} tau={tau:.2f} x{tps / vtps:.2f}")
+    return rows
+
+
+def write_plots(rows: list[dict], out_prefix: str) -> list[str]:
+    """Write the sweep figure as HTML, and as PNG when a headless chromium is available."""
+    from viz.sweep import sweep_figure
+
+    fig = sweep_figure(rows)
+    html = f"{out_prefix}.html"
+    fig.write_html(html, include_plotlyjs="cdn")
+    written = [html]
+    png = f"{out_prefix}.png"
+    try:
+        from viz.snapshot import html_to_png
+
+        html_to_png(fig.to_html(include_plotlyjs=True, full_html=True), png, width=1100, height=520)
+        written.append(png)
+    except (ImportError, RuntimeError, OSError) as e:
+        print(f"PNG not written ({e}); the HTML plot is at {html}", file=sys.stderr)
+    return written

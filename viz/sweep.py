@@ -1,0 +1,32 @@
+"""The tree-size sweep as a figure: tokens/s and mean accept length against verified nodes, per tree kind."""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+
+def sweep_figure(rows: list[dict]) -> go.Figure:
+    """Two panels (speedup over plain decoding, tau) against total verified tokens; one line per depth."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("speedup over plain decoding (tokens/s ratio)",
+                                                       "mean accept length τ"))
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["method"] == "vanilla":
+            continue
+        key = f"EAGLE-2 depth {r['depth']}" if r["method"] == "eagle2" else \
+            ("EAGLE-1 chain" if r["label"].startswith("chain") else "EAGLE-1 mc_sim cut by depth")
+        groups.setdefault(key, []).append(r)
+    for name, rs in groups.items():
+        rs = sorted(rs, key=lambda r: r["total_tokens"])
+        dash = "solid" if name.startswith("EAGLE-2") else "dot"
+        for col, field in ((1, "speedup"), (2, "tau")):
+            fig.add_trace(go.Scatter(
+                x=[r["total_tokens"] for r in rs], y=[r[field] for r in rs], mode="lines+markers", name=name,
+                legendgroup=name, showlegend=col == 1, line={"dash": dash},
+                text=[r["label"] for r in rs],
+                hovertemplate="%{text}<br>verified nodes %{x}<br>" + field + " %{y:.2f}<extra>" + name + "</extra>"),
+                row=1, col=col)
+    fig.add_hline(y=1.0, line_dash="dash", line_color="grey", row=1, col=1)
+    fig.update_xaxes(title_text="verified nodes per step (root included)")
+    fig.update_layout(template="none", height=480, margin={"l": 60, "r": 20, "t": 60, "b": 60})
+    return fig
