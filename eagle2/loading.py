@@ -110,6 +110,19 @@ def load_target(model: str, device: torch.device, dtype: torch.dtype):
     return target.to(device).eval(), tok
 
 
+def resolve_head(head: str) -> str:
+    """A local head directory as is; otherwise a hub id fetched with snapshot_download (clear error offline)."""
+    if Path(head).is_dir():
+        return head
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(head, allow_patterns=["config.json", "*.safetensors", "*.bin"])
+    except (OSError, ValueError) as e:  # hub errors are OSError subclasses; a bad id is a ValueError
+        raise RuntimeError(f"could not fetch draft head {head!r}: it is not a local directory and the hub "
+                           f"did not provide it ({type(e).__name__}: {e})") from None
+
+
 def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto") -> Bundle:
     """Load target + head. `head=None` takes the shipped head for the embedded model, else a random one."""
     from .head import load_head, new_head
@@ -118,7 +131,7 @@ def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto") -
     target, tok = load_target(model, dev, dtype)
     if head is None and model == EMBEDDED and (DEFAULT_HEAD / "config.json").exists():
         head = str(DEFAULT_HEAD)
-    h = load_head(head, target) if head else new_head(target)
+    h = load_head(resolve_head(head), target) if head else new_head(target)
     return Bundle(target=target, tokenizer=tok, head=h, device=dev, dtype=dtype,
                   model_name=("SmolLM2-135M-Instruct (embedded GGUF)" if model == EMBEDDED else model),
                   head_name=getattr(h, "source", str(head)))

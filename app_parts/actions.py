@@ -1,0 +1,71 @@
+"""Page actions besides Generate: scrub to a step, follow the latest step, Stop, trace export and import."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+from app_parts.runner import Update, full_update
+from app_parts.session import TREE_METHODS, RunControl, Session, export_trace, import_trace
+from app_parts.views import step_caption, text_view, tree_view
+
+
+def scrub(session: Session | None, method: str, step: float | None,
+          show_pruned: bool = True) -> tuple[go.Figure, str, str]:
+    """Show one step of one method from the stored records; the live stream stops overwriting that tree."""
+    session = session or Session()
+    if session.records(method):
+        session.follow[method] = False
+    step = 0 if step is None else int(step)
+    rec = session.record(method, step)
+    return (tree_view(session, method, step, show_pruned),
+            text_view(session, method, rec.step if rec else None), step_caption(rec))
+
+
+def follow_latest(session: Session | None, show_pruned: bool = True) -> Update:
+    """Go back to showing each method's latest step (and keep following a running decode)."""
+    session = session or Session()
+    for m in TREE_METHODS:
+        session.follow[m] = True
+    return full_update(session, "Showing the latest step of each method.", show_pruned)
+
+
+def redraw(session: Session | None, steps: dict[str, float | None], show_pruned: bool) -> dict[str, go.Figure]:
+    """Both trees again at the steps the sliders show (after the 'show pruned' switch changes)."""
+    session = session or Session()
+    return {m: tree_view(session, m, None if session.follow.get(m, True) else steps.get(m), show_pruned)
+            for m in TREE_METHODS}
+
+
+def request_stop(control: RunControl | None) -> str:
+    """Stop: ask the running decode to end after its current step (it then draws what it produced)."""
+    if control is None or not control.running:
+        return "Nothing is running."
+    control.stop_requested = True
+    return "Stopping after the current step…"
+
+
+def export(session: Session | None) -> tuple[str | None, str | None]:
+    """(path of the trace file, None) or (None, message) when there is nothing to export."""
+    try:
+        return str(export_trace(session or Session())), None
+    except ValueError as e:
+        return None, str(e)
+
+
+def load_trace(path: str | None, show_pruned: bool = True) -> Update:
+    """Replay a trace file without a model; a bad file gives an Update with `error` (the page keeps its run)."""
+    if not path:
+        return Update(session=None, status="No file.", error="no trace file was given")
+    p = Path(path)
+    try:
+        session = import_trace(p.read_bytes(), name=p.name)
+    except (OSError, ValueError) as e:
+        msg = f"could not load {p.name}: {e}"
+        return Update(session=None, status=f"⚠ {msg}", error=msg)
+    meta = session.meta
+    info = (f"Replaying trace **{p.name}** (no model needed): recorded with {meta.get('device', 'unknown model')}"
+            f"{', prompt: ' + repr(meta['prompt'][:80]) if isinstance(meta.get('prompt'), str) else ''}.")
+    u = full_update(session, f"Loaded trace {p.name}. Drag a step slider to see any step.", show_pruned, done=True)
+    u.model_info = info
+    return u

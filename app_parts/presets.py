@@ -1,0 +1,138 @@
+"""Model presets the operator configures, and the one-per-process cache of loaded bundles.
+
+The page offers only the pairs listed in `assets/models.json` (or the file named by EAGLE2_MODELS):
+it never loads a path or hub id typed by a visitor. A preset may need CUDA or the hub; when either is
+missing it is still listed, and choosing it gives a message instead of a failed download.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from eagle2.config import ASSETS
+from eagle2.loading import Bundle, load, pick_device
+
+NEEDS = ("cuda", "hub")
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    """One model + draft head pair the page may load."""
+
+    name: str
+    model: str
+    head: str | None = None
+    needs: tuple[str, ...] = ()
+    note: str = ""
+    device: str = "auto"
+
+
+def presets_path() -> Path:
+    """assets/models.json, or the file named by the EAGLE2_MODELS environment variable."""
+    return Path(os.environ.get("EAGLE2_MODELS") or ASSETS / "models.json")
+
+
+def load_presets(path: Path | None = None) -> dict[str, ModelPreset]:
+    """Name -> preset, in file order; raises ValueError naming what is wrong with the file."""
+    path = path or presets_path()
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"model presets file {path} is unreadable: {e}") from None
+    entries = data.get("presets") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"model presets file {path} needs a non-empty 'presets' list")
+    out: dict[str, ModelPreset] = {}
+    for e in entries:
+        if not isinstance(e, dict) or not isinstance(e.get("name"), str) or not isinstance(e.get("model"), str):
+            raise ValueError(f"model preset {e!r} in {path} needs string 'name' and 'model' fields")
+        needs = tuple(e.get("needs") or ())
+        if any(n not in NEEDS for n in needs):
+            raise ValueError(f"model preset {e['name']!r}: 'needs' may only list {', '.join(NEEDS)}")
+        out[e["name"]] = ModelPreset(name=e["name"], model=e["model"], head=e.get("head"), needs=needs,
+                                     note=str(e.get("note", "")), device=str(e.get("device", "auto")))
+    return out
+
+
+def unavailable_reason(preset: ModelPreset) -> str | None:
+    """Why this machine cannot run the preset, or None when it can (as far as can be told without loading)."""
+    if "cuda" in preset.needs:
+        try:
+            pick_device("cuda")
+        except ValueError:
+            return f"“{preset.name}” needs a CUDA GPU, and this machine has none."
+    if "hub" in preset.needs and os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return f"“{preset.name}” downloads from the Hugging Face hub, which is switched off here (HF_HUB_OFFLINE)."
+    return None
+
+
+def describe_preset(preset: ModelPreset) -> str:
+    """A one-paragraph markdown note on a preset: what it is and whether it can run here."""
+    head = preset.head or "the model's default head"
+    text = f"**{preset.name}**: model `{preset.model}`, head `{head}`."
+    if preset.note:
+        text += f" {preset.note}"
+    reason = unavailable_reason(preset)
+    return text + (f"\n\n⚠ {reason}" if reason else "")
+
+
+def repo_relative(text: str) -> str:
+    """Paths inside this repository written relative to it (no machine-specific prefix on the page or in traces)."""
+    return text.replace(str(ASSETS.parent) + os.sep, "")
+
+
+def in_use(bundle: Bundle) -> str:
+    """The 'In use' line: model, head, device and dtype."""
+    return f"In use: {repo_relative(bundle.describe())}"
+
+
+def model_info(preset: ModelPreset, cache: "BundleCache") -> str:
+    """'In use: …' when the preset is loaded already, else its description and when it will load."""
+    bundle = cache.loaded(preset.name)
+    if bundle is not None:
+        return in_use(bundle)
+    return describe_preset(preset) + " Loads on the first Generate."
+
+
+class BundleCache:
+    """Loaded bundles by preset name; one at a time (a new preset evicts the old), loaded under a lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bundles: dict[str, Bundle] = {}
+
+    def put(self, name: str, bundle: Bundle) -> None:
+        """Hand the cache an already loaded bundle (tests load the model once and share it)."""
+        with self._lock:
+            self._bundles = {name: bundle}
+
+    def loaded(self, name: str) -> Bundle | None:
+        """The bundle for `name` if it is loaded already."""
+        return self._bundles.get(name)
+
+    def get(self, preset: ModelPreset, progress: Callable[[float, str], None] | None = None) -> Bundle:
+        """The bundle for a preset, loading it on first use; raises RuntimeError with a clear message."""
+        reason = unavailable_reason(preset)
+        if reason:
+            raise RuntimeError(reason)
+        with self._lock:
+            if preset.name in self._bundles:
+                return self._bundles[preset.name]
+            if progress:
+                progress(0.1, f"Loading {preset.name} (first run only)…")
+            self._bundles = {}  # one model at a time: free the old one before loading the next
+            try:
+                bundle = load(preset.model, preset.head, preset.device)
+            except (OSError, ValueError, RuntimeError) as e:
+                raise RuntimeError(f"could not load “{preset.name}”: {e}") from None
+            self._bundles[preset.name] = bundle
+            if progress:
+                progress(1.0, "Model loaded")
+            return bundle
+
+
+CACHE = BundleCache()

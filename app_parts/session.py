@@ -1,0 +1,122 @@
+"""One visitor's runs (kept in gr.State, never in a module global) and their trace file export / import.
+
+A Session holds every step record of the last run per method, the run's metadata and which steps the
+page shows. Exported traces are eagle2.records.Trace JSON; imported ones are checked field by field
+so that a malformed or foreign file is refused with a message instead of breaking a figure later.
+"""
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eagle2.config import METHODS
+from eagle2.records import StepRecord, Trace
+
+TREE_METHODS = ("eagle2", "eagle1")
+MAX_TRACE_BYTES = 200 * 1024 * 1024
+
+
+@dataclass
+class Session:
+    """Per-visitor state: the records of the last run (or loaded trace) and the page's view of them."""
+
+    runs: dict[str, list[StepRecord]] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    follow: dict[str, bool] = field(default_factory=lambda: {m: True for m in TREE_METHODS})
+    decode_s: dict[str, float] = field(default_factory=dict)  # wall time spent inside each decoder
+    overhead_s: float = 0.0   # time spent building and sending views between decoder resumes
+    source: str = ""          # "live" or the name of a loaded trace file
+
+    def records(self, method: str) -> list[StepRecord]:
+        """The records of one method (empty when it has not run)."""
+        return self.runs.get(method, [])
+
+    def record(self, method: str, step: int | None = None) -> StepRecord | None:
+        """One step's record (the latest when `step` is None), clamped to the steps that exist."""
+        recs = self.records(method)
+        if not recs:
+            return None
+        if step is None:
+            return recs[-1]
+        return recs[min(max(int(step), 0), len(recs) - 1)]
+
+    def last_step(self, method: str) -> int:
+        """Index of the latest step of a method (0 when only the prefill or nothing is there)."""
+        return max(len(self.records(method)) - 1, 0)
+
+
+@dataclass
+class RunControl:
+    """Per-visitor switch (its own gr.State): Generate marks a run, Stop asks it to end after the current step."""
+
+    running: bool = False
+    stop_requested: bool = False
+
+
+def export_trace(session: Session, directory: str | Path | None = None) -> Path:
+    """Write the session's runs as a Trace JSON file and return its path; ValueError when there is nothing."""
+    if not any(session.runs.values()):
+        raise ValueError("there is no run to export yet: press Generate first")
+    trace = Trace(meta=dict(session.meta), runs={m: list(r) for m, r in session.runs.items() if r})
+    folder = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="eagle2-trace-"))
+    path = folder / f"eagle2-trace-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(trace.to_json())
+    return path
+
+
+def _fail(where: str, what: str) -> None:
+    raise ValueError(f"malformed trace: {where}: {what}")
+
+
+def _check_record(method: str, i: int, r: StepRecord) -> None:
+    """Refuse records whose fields a figure could not draw (wrong types, dangling ids)."""
+    where = f"{method} record {i}"
+    if r.method != method:
+        _fail(where, f"its method is {r.method!r}")
+    for name in ("step", "prefix_len", "bonus_token", "target_forwards"):
+        if not isinstance(getattr(r, name), int):
+            _fail(where, f"{name} is not an integer")
+    for name in ("draft_ms", "verify_ms", "commit_ms"):
+        v = getattr(r, name)
+        if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            _fail(where, f"{name} is not a non-negative number")
+    if len(r.new_texts) != len(r.new_tokens) or len(r.new_sources) != len(r.new_tokens):
+        _fail(where, "new_tokens, new_texts and new_sources differ in length")
+    if not all(isinstance(t, str) for t in (*r.new_texts, *r.new_sources)):
+        _fail(where, "a token text or source is not a string")
+    for j, n in enumerate(r.nodes):
+        if n.id != j or not isinstance(n.parent, int) or not (-1 <= n.parent < j) or (j > 0) == (n.parent < 0):
+            _fail(where, f"node {j} has id {n.id!r} and parent {n.parent!r}")
+        if not isinstance(n.text, str) or not all(isinstance(x, int) for x in (n.token, n.depth, n.rank)):
+            _fail(where, f"node {j} has a field of the wrong type")
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (n.prob, n.score)):
+            _fail(where, f"node {j} has a non-numeric probability or score")
+    if any(not isinstance(a, int) or not 0 < a < len(r.nodes) for a in r.accepted):
+        _fail(where, "an accepted node id is not in the tree")
+
+
+def import_trace(text: str | bytes, name: str = "trace") -> Session:
+    """A Session replaying a trace file; raises ValueError naming what is wrong with it."""
+    if len(text) > MAX_TRACE_BYTES:
+        raise ValueError(f"trace file is larger than {MAX_TRACE_BYTES // 2**20} MB")
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError("trace file is not UTF-8 text (is it a JSON trace?)") from None
+    trace = Trace.from_json(text)
+    if not isinstance(trace.meta, dict):
+        raise ValueError("malformed trace: 'meta' is not an object")
+    unknown = [m for m in trace.runs if m not in METHODS]
+    if unknown:
+        raise ValueError(f"trace has runs of unknown methods {unknown}; expected {', '.join(METHODS)}")
+    if not any(trace.runs.get(m) for m in TREE_METHODS):
+        raise ValueError("trace has no EAGLE-2 or EAGLE-1 records to replay")
+    for method, recs in trace.runs.items():
+        for i, r in enumerate(recs):
+            _check_record(method, i, r)
+    return Session(runs={m: list(r) for m, r in trace.runs.items()}, meta=trace.meta, source=name)

@@ -1,0 +1,124 @@
+"""What the page shows, built from a Session's records only: trees, coloured text, metrics, analysis.
+
+Nothing here touches a model, so a loaded trace replays exactly like a live run.
+"""
+from __future__ import annotations
+
+import html
+
+import plotly.graph_objects as go
+
+from app_parts.session import TREE_METHODS, Session
+from eagle2.records import ACCEPTED, KEPT, ROOT, Node, StepRecord
+from viz import accept_length_figure, calibration_figure, metrics_rows, position_heatmap, tokens_html, tree_figure
+
+TREE_HEIGHT = 600
+LABELS = {"eagle2": "EAGLE-2 (dynamic tree)", "eagle1": "EAGLE-1 (static tree)", "vanilla": "plain decoding"}
+
+
+def placeholder_figure(text: str, title: str = "") -> go.Figure:
+    """An empty chart carrying a short note (before any run)."""
+    fig = go.Figure()
+    fig.update_layout(template="none", title=dict(text=title, x=0.01, font=dict(size=14)),
+                      margin=dict(l=10, r=10, t=40, b=10), xaxis=dict(visible=False), yaxis=dict(visible=False))
+    fig.add_annotation(text=text, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+                       font=dict(size=14, color="#666666"))
+    return fig
+
+
+def warm_up() -> None:
+    """Draw one tiny tree and chart so Plotly's first-use imports happen at startup, not during a decode."""
+    nodes = (Node(0, -1, 0, "a", 0, 0, 1.0, 0.0, ROOT, True, ACCEPTED),
+             Node(1, 0, 1, "b", 1, 0, 0.5, -0.7, KEPT, False, ACCEPTED))
+    rec = StepRecord(step=1, method="eagle2", prefix_len=1, nodes=nodes, accepted=(1,), bonus_token=2,
+                     new_tokens=(1, 2), new_texts=("b", "c"), new_sources=("draft", "target"),
+                     draft_ms=1.0, verify_ms=1.0, commit_ms=1.0)
+    tree_figure(rec).to_json()
+    analysis_views(Session(runs={"eagle2": [rec]}))[1].to_json()
+
+
+def tree_view(session: Session, method: str, step: int | None = None, show_pruned: bool = True) -> go.Figure:
+    """One method's draft tree at `step` (the latest when None)."""
+    rec = session.record(method, step)
+    if rec is None:
+        fig = placeholder_figure("Press Generate (or load a trace) to see the draft trees.", f"<b>{LABELS[method]}</b>")
+        fig.update_layout(height=TREE_HEIGHT)
+        return fig
+    fig = tree_figure(rec, show_pruned=show_pruned)
+    fig.update_layout(title=dict(text=f"<b>{LABELS[method]}</b><br>{fig.layout.title.text}"), height=TREE_HEIGHT,
+                      margin=dict(t=60))
+    return fig
+
+
+def text_view(session: Session, method: str, highlight: int | None = None) -> str:
+    """One method's output as coloured tokens, with one step outlined when `highlight` is set."""
+    recs = session.records(method)
+    if not recs:
+        return f'<div class="out-empty">{html.escape(LABELS[method])}: no output yet.</div>'
+    return tokens_html(recs, highlight_step=highlight)
+
+
+def _vanilla_tps(session: Session) -> float | None:
+    rows = metrics_rows({"vanilla": session.records("vanilla")}) if session.records("vanilla") else []
+    return rows[0]["tokens_per_s"] if rows and rows[0]["tokens_per_s"] > 0 else None
+
+
+def _same_output(session: Session, method: str) -> str:
+    """Whether a method's tokens equal plain decoding's (greedy), as a short table cell."""
+    ref, recs = session.records("vanilla"), session.records(method)
+    if not ref or not recs or method == "vanilla":
+        return "—"
+    if session.meta.get("settings", {}).get("temperature", 0.0) != 0.0:
+        return "sampled"
+    a = [t for r in recs for t in r.new_tokens]
+    b = [t for r in ref for t in r.new_tokens]
+    n = min(len(a), len(b))
+    diff = next((i for i in range(n) if a[i] != b[i]), None)
+    if diff is None:
+        return "yes" if len(a) == len(b) else f"yes (first {n} tokens)"
+    return f"no: differs at token {diff}"
+
+
+def metrics_markdown(session: Session) -> str:
+    """A table of tokens, target forwards, mean accept length, tokens/s and speedup per method."""
+    runs = {m: session.records(m) for m in ("eagle2", "eagle1", "vanilla") if session.records(m)}
+    if not runs:
+        return "No run yet."
+    rows = metrics_rows(runs, _vanilla_tps(session))
+    lines = ["| method | tokens | target forwards | mean accept length τ | tokens/s | speedup | same text as plain |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        speed = f"{r['speedup']:.2f}×" if r["speedup"] is not None else "—"
+        lines.append(f"| {LABELS[r['method']]} | {r['tokens']} | {r['target_forwards']} | "
+                     f"{r['mean_accept_length']:.2f} | {r['tokens_per_s']:.1f} | {speed} | "
+                     f"{_same_output(session, r['method'])} |")
+    when = "in this run" if session.source == "live" else "when the trace was recorded"
+    note = (f"Tokens/s come from the engine's own phase timings (prefill included), measured on this machine "
+            f"{when} ({session.meta.get('device', 'setup unknown')}). Speedup = tokens/s over plain decoding "
+            "of the same prompt in the same run.")
+    if "vanilla" not in runs:
+        note += " Plain decoding has not run (yet), so there is no speedup."
+    return "\n".join(lines) + "\n\n" + note
+
+
+def analysis_views(session: Session) -> tuple[go.Figure, go.Figure, go.Figure, go.Figure]:
+    """Calibration, acceptance by position for each tree, and accept length per step."""
+    runs = {m: session.records(m) for m in TREE_METHODS if session.records(m)}
+    heat = []
+    for m in TREE_METHODS:
+        fig = position_heatmap(session.records(m))
+        fig.update_layout(title=dict(text=f"{LABELS[m]}: acceptance by tree position"))
+        heat.append(fig)
+    return calibration_figure(runs), heat[0], heat[1], accept_length_figure(runs)
+
+
+def step_caption(rec: StepRecord | None) -> str:
+    """A one-line summary of a step: what was drafted, accepted, and the phase times."""
+    if rec is None:
+        return ""
+    if rec.step == 0:
+        return f"Step 0 is the prefill: the target read the prompt and produced one token ({rec.verify_ms:.0f} ms)."
+    drafted, verified = len(rec.nodes) - 1, len(rec.verified) - 1
+    return (f"Step {rec.step}: {drafted} drafted, {verified} verified, {len(rec.accepted)} accepted + bonus "
+            f"→ {len(rec.new_tokens)} new tokens · draft {rec.draft_ms:.0f} ms, verify {rec.verify_ms:.0f} ms, "
+            f"commit {rec.commit_ms:.0f} ms")

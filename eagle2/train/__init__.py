@@ -1,0 +1,1 @@
+"""Draft-head training: self-distillation data (data), the training loop (loop) and the command line (cli)."""

@@ -1,0 +1,167 @@
+"""Command line for draft-head training: `train generate`, `train fit`, `train evaluate`, `train export`.
+
+    python -m eagle2 train generate --prompts alpaca.json --out /data/selfdistill
+    python -m eagle2 train fit --data /data/selfdistill --out /data/ckpt --epochs 2
+    python -m eagle2 train evaluate --data /data/selfdistill --ckpt /data/ckpt
+    python -m eagle2 train export --data /data/selfdistill --ckpt /data/ckpt --save-head assets/smollm2-135m-eagle
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import fields
+from pathlib import Path
+
+import torch
+
+
+def _load_target(args: argparse.Namespace):
+    """The frozen target and tokenizer on the chosen device, with the thread count applied."""
+    from ..loading import load_target, pick_device
+
+    torch.set_num_threads(args.threads)
+    device, dtype = pick_device(args.device)
+    target, tok = load_target(args.model, device, dtype)
+    for p in target.parameters():
+        p.requires_grad_(False)
+    return target, tok
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    """Self-distil: the target answers the prompts; its tokens and features go to shards."""
+    from .data import GenConfig, generate_dataset, measure_throughput, read_rows
+
+    target, tok = _load_target(args)
+    rows = read_rows(args.prompts)[args.skip:]
+    rows = rows[: args.limit] if args.limit else rows
+    if args.probe:
+        sizes = [int(b) for b in args.probe.split(",")]
+        rates = measure_throughput(target, tok, [p for p, _ in rows], sizes)
+        print(json.dumps({"tokens_per_s": rates}))
+        return
+    cfg = GenConfig(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, shard_prompts=args.shard_prompts,
+                    sample_every=args.sample_every, temperature=args.temperature, context=args.context,
+                    teacher=args.teacher, seed=args.seed)
+    manifest = generate_dataset(target, tok, rows, args.out, cfg)
+    total = sum(v["response_tokens"] for v in manifest["shards"].values())
+    print(f"{len(manifest['shards'])} shards, {total} response tokens in {args.out}")
+
+
+def _train_config(args: argparse.Namespace):
+    """A TrainConfig from the flags that were given (the rest keep their defaults)."""
+    from .loop import TrainConfig
+
+    names = {f.name for f in fields(TrainConfig)}
+    return TrainConfig(**{k: v for k, v in vars(args).items() if k in names and v is not None})
+
+
+def cmd_fit(args: argparse.Namespace) -> None:
+    """Train (or resume training) a head on the shards in --data; checkpoints go to --out."""
+    from .loop import train
+
+    target, _ = _load_target(args)
+    report = train(target, args.data, args.out, _train_config(args), init=args.init, train_only=args.train_only)
+    print(json.dumps(report, indent=1))
+    if args.save_head:
+        _export(target, args.out, args.data + (args.train_only or []), args.save_head, report)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    """Depth-1 top-k agreement of the latest checkpoint's head with the target on the held-out split."""
+    from .loop import evaluate_checkpoint
+
+    target, _ = _load_target(args)
+    print(json.dumps(evaluate_checkpoint(target, args.data, args.ckpt, _train_config(args)), indent=1))
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    """Write the latest checkpoint's head in the official layout with a model card."""
+    from .loop import evaluate_checkpoint
+
+    target, _ = _load_target(args)
+    report = evaluate_checkpoint(target, args.data, args.ckpt, _train_config(args))
+    _export(target, args.ckpt, args.data + (args.train_only or []), args.save_head, report)
+
+
+def _export(target, ckpt_dir: str, data_dir: str | list, out: str, report: dict) -> None:
+    """Save the newest checkpoint's head (fp16, official layout) and its model card."""
+    from ..head import save_head
+    from .card import write_card
+    from .checkpoint import load_latest_head
+
+    head, state = load_latest_head(target, ckpt_dir)
+    save_head(head, out, dtype=torch.float16)
+    write_card(Path(out), data_dir, state, report)
+    print(f"head saved to {out}")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register `train` and its sub-commands on a parent parser's subparsers."""
+    p = subparsers.add_parser("train", help="self-distillation data and draft-head training")
+    sub = p.add_subparsers(dest="train_cmd", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--model", default="embedded", help="target: 'embedded', a hub id or a local directory")
+    common.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    common.add_argument("--threads", type=int, default=1,
+                        help="CPU threads (1 is fastest when other processes share the cores)")
+
+    g = sub.add_parser("generate", parents=[common], help="generate self-distillation shards")
+    g.add_argument("--prompts", required=True, help="json/jsonl prompts (instruction+input, turns or prompt)")
+    g.add_argument("--out", required=True, help="output directory (outside git)")
+    g.add_argument("--limit", type=int, default=None)
+    g.add_argument("--skip", type=int, default=0, help="skip the first N prompts of the file")
+    g.add_argument("--teacher", action="store_true",
+                   help="use the file's reference answers (Alpaca `output`) instead of generating")
+    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--batch-size", type=int, default=128)
+    g.add_argument("--shard-prompts", type=int, default=128)
+    g.add_argument("--sample-every", type=int, default=0, help="every n-th prompt sampled (0: greedy only)")
+    g.add_argument("--temperature", type=float, default=0.7)
+    g.add_argument("--context", type=int, default=64, help="prompt tokens kept before each response")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--probe", default="", help="comma-separated batch sizes: measure throughput and exit")
+    g.set_defaults(func=cmd_generate)
+
+    for name, fn, helptext in (("fit", cmd_fit, "train the head"), ("evaluate", cmd_evaluate, "held-out agreement"),
+                               ("export", cmd_export, "save the head in the official layout")):
+        q = sub.add_parser(name, parents=[common], help=helptext)
+        q.add_argument("--data", required=True, nargs="+", help="directories of shards from `generate`")
+        q.add_argument("--out" if name == "fit" else "--ckpt", required=True, help="checkpoint directory")
+        q.add_argument("--save-head", default=None if name != "export" else "assets/smollm2-135m-eagle")
+        q.add_argument("--epochs", type=float, default=None)
+        q.add_argument("--lr", type=float, default=None)
+        q.add_argument("--batch-tokens", type=int, default=None)
+        q.add_argument("--noise", type=float, default=None, help="uniform noise half-width on input features")
+        q.add_argument("--ce-weight", type=float, default=None)
+        q.add_argument("--ce-vocab", default=None, choices=("full", "data"),
+                       help="cross-entropy over the full vocabulary or the target's most frequent tokens in the data")
+        q.add_argument("--save-every", type=int, default=None)
+        q.add_argument("--max-minutes", type=float, default=None, help="stop (and checkpoint) after this long")
+        q.add_argument("--budget-minutes", type=float, default=None,
+                       help="fit the lr schedule into this wall time (sized after 30 steps)")
+        q.add_argument("--seed", type=int, default=None)
+        q.add_argument("--ce-target", default=None, choices=("hard", "soft"))
+        q.add_argument("--context", type=int, default=None, help="prompt tokens kept before each response")
+        q.add_argument("--autocast", action="store_true", default=None, help="bf16 autocast")
+        q.add_argument("--unroll", type=int, default=None, choices=(1, 2), help="2: also train draft depth 2")
+        q.add_argument("--unroll-weight", type=float, default=None)
+        q.add_argument("--ce-vocab-size", type=int, default=None)
+        q.add_argument("--train-only", nargs="*", default=None, help="more shard directories, none held out")
+        if name == "fit":
+            q.add_argument("--init", default=None, help="start from this checkpoint file (step_N.pt)")
+        q.set_defaults(func=fn)
+    return p
+
+
+def main(args: argparse.Namespace) -> None:
+    """Run the chosen `train` sub-command."""
+    t0 = time.time()
+    args.func(args)
+    print(f"done in {time.time() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m eagle2.train.cli")
+    add_parser(parser.add_subparsers(dest="cmd", required=True))
+    main(parser.parse_args())

@@ -1,0 +1,115 @@
+"""The launched app over its HTTP API (gradio_client): streaming both trees, messages, separate sessions."""
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import socket
+
+import pytest
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def url(embedded):
+    import app
+    from app_parts.presets import CACHE, load_presets
+
+    CACHE.put(next(iter(load_presets())), embedded)  # the session's model, loaded once
+    demo = app.build_demo()
+    port = free_port()
+    demo.queue().launch(prevent_thread_lock=True, server_port=port, quiet=True, **app.launch_options())
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
+
+
+@pytest.fixture(scope="module")
+def client(url):
+    from gradio_client import Client
+
+    return Client(url, verbose=False)
+
+
+def _shown_text(html_text: str) -> str:
+    """The output text as the page shows it: the token spans after the legend, tags stripped."""
+    body = html_text.split('class="tok-text"', 1)[1]
+    spans = re.findall(r'<span class="tok tok-\w+" data-step="\d+"[^>]*>(.*?)</span>', body, flags=re.S)
+    return html.unescape("".join(spans).replace("<br>", "\n"))
+
+
+def _is_tree(value) -> bool:
+    """A Plot output carrying a Plotly tree figure (not a skipped update)."""
+    if not isinstance(value, dict) or value.get("type") != "plotly":
+        return False
+    fig = json.loads(value["plot"])
+    return any((t.get("meta") or {}).get("nodes") for t in fig["data"]) or "prefill" in value["plot"]
+
+
+def test_generate_streams_both_trees(client):
+    job = client.submit("Count from 1 to 10.", max_new_tokens=12, run_plain=False, api_name="/generate")
+    outputs = list(job)
+    both = [o for o in outputs if _is_tree(o[2]) and _is_tree(o[3])]
+    assert len(both) >= 2, f"expected at least two updates with both trees, got {len(both)} of {len(outputs)}"
+    final = outputs[-1]
+    assert final[0].startswith("Done.")
+    assert any(isinstance(o[1], str) and "SmolLM2" in o[1] and "cpu float32" in o[1] for o in outputs)
+    assert 'class="tok tok-' in final[8] and 'class="tok tok-' in final[9]
+    assert "EAGLE-2 (dynamic tree)" in final[10] and "| 12 |" in final[10]
+    assert final[4]["maximum"] >= 1 and final[4]["value"] == final[4]["maximum"]
+    fig, text, caption = client.predict(1, True, api_name="/scrub_eagle2")  # this client's own session
+    assert "step 1:" in json.loads(fig["plot"])["layout"]["title"]["text"] and caption.startswith("Step 1:")
+
+
+def test_bad_settings_give_a_message_not_an_error(client):
+    outputs = list(client.submit("   ", api_name="/generate"))
+    assert outputs[-1][0].startswith("⚠") and "prompt is empty" in outputs[-1][0]
+    outputs = list(client.submit("Hi", static_tree_name="custom", custom_tree_json="[[0], [1",
+                                 api_name="/generate"))
+    assert "not valid JSON" in outputs[-1][0]
+
+
+def test_concurrent_sessions_each_get_their_own_run(url, embedded):
+    from gradio_client import Client
+
+    from eagle2.api import run
+    from eagle2.config import DecodeConfig
+
+    prompts = ["Name three colours.", "What is 2 + 2?"]
+    clients = [Client(url, verbose=False) for _ in prompts]
+    jobs = [c.submit(p, max_new_tokens=6, run_plain=False, api_name="/generate") for c, p in zip(clients, prompts)]
+    finals = [list(job)[-1] for job in jobs]  # both were queued at once; the model runs one decode at a time
+    for prompt, final, c in zip(prompts, finals, clients):
+        want = run(embedded, prompt, DecodeConfig(method="vanilla", max_new_tokens=6)).records
+        want_text = "".join(t for r in want for t in r.new_texts)
+        assert final[0].startswith("Done.")
+        assert _shown_text(final[8]) == want_text and _shown_text(final[9]) == want_text
+        fig, text, _ = c.predict(0, True, api_name="/scrub_eagle1")  # each client's own session state
+        assert _shown_text(text) == want_text
+
+
+def test_stop_ends_a_long_run_and_the_next_one_works(client):
+    import time
+
+    job = client.submit("Tell me a long story about a dragon.", max_new_tokens=400, run_plain=False,
+                        api_name="/generate")
+    deadline = time.time() + 120
+    while time.time() < deadline and not any(isinstance(o[0], str) and "step 2" in o[0] for o in job.outputs()):
+        time.sleep(0.2)
+    assert client.predict(api_name="/stop") == "Stopping after the current step…"
+    final = list(job)[-1]
+    assert final[0].startswith("Stopped. Kept what was produced")
+    assert 3 <= final[8].count("data-step=") < 400 and _shown_text(final[8])  # what was made stays shown
+    again = list(client.submit("Say hello.", max_new_tokens=4, run_plain=False, api_name="/generate"))[-1]
+    assert again[0].startswith("Done.")

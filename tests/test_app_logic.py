@@ -1,0 +1,290 @@
+"""The page's logic without a browser: streaming both trees, scrubbing, trace round trips and error messages."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+from app_parts import actions  # noqa: E402
+from app_parts.presets import CACHE, ModelPreset, load_presets, unavailable_reason  # noqa: E402
+from app_parts.runner import Throttle, _context_error, generate  # noqa: E402
+from app_parts.session import RunControl, Session, export_trace, import_trace  # noqa: E402
+from app_parts.settings import RunRequest, budget_markdown, configs, sglang_flags  # noqa: E402
+from eagle2.config import LIMITS  # noqa: E402
+from eagle2.records import Trace  # noqa: E402
+
+PRESET = next(iter(load_presets()))
+PROMPT = "Count from 1 to 20, separated by commas."
+
+
+def _no_model(preset):
+    raise AssertionError("bad input must be refused before any model is loaded")
+
+
+def _trace_nodes(fig) -> int:
+    """Drafted and root nodes drawn in a tree figure (node traces only, bonus excluded)."""
+    return sum(len(t.x) for t in fig.data if (t.meta or {}).get("nodes") not in (None, "bonus"))
+
+
+@pytest.fixture(scope="module")
+def bundle(embedded):
+    CACHE.put(PRESET, embedded)
+    return embedded
+
+
+@pytest.fixture(scope="module")
+def finished(bundle) -> list:
+    """All updates of one short live run (EAGLE-2, EAGLE-1 and plain decoding)."""
+    req = RunRequest(prompt=PROMPT, preset=PRESET, max_new_tokens=12)
+    return list(generate(req, CACHE.get, throttle=Throttle(interval=0.0, budget=10.0)))
+
+
+@pytest.mark.slow
+def test_run_streams_both_trees_with_the_same_budget(finished):
+    live = [u for u in finished if u.trees and set(u.trees) == {"eagle2", "eagle1"} and not u.done]
+    assert len(live) >= 2, "both trees should stream while decoding"
+    last = finished[-1]
+    assert last.done and last.error is None and last.analysis is not None and len(last.analysis) == 4
+    s = last.session
+    assert set(s.runs) == {"eagle2", "eagle1", "vanilla"}
+    for m in ("eagle2", "eagle1"):
+        assert s.runs[m][0].step == 0 and all(r.method == m for r in s.runs[m])
+        for r in s.runs[m][1:]:
+            assert len(r.verified) == 26  # same node budget: 25 drafted + root for both trees
+    assert _trace_nodes(last.trees["eagle2"]) == len(s.runs["eagle2"][-1].nodes)
+    # Greedy verification is lossless: every method commits plain decoding's tokens.
+    tokens = {m: [t for r in s.runs[m] for t in r.new_tokens] for m in s.runs}
+    assert tokens["eagle2"] == tokens["vanilla"] == tokens["eagle1"] and len(tokens["vanilla"]) == 12
+    assert "plain decoding" in last.metrics and "1.00×" in last.metrics and "| yes |" in last.metrics
+    assert s.meta["prompt"] == PROMPT and s.meta["settings"]["total_tokens"] == 26 and "cpu" in s.meta["device"]
+    timing = s.meta["page_timing"]
+    assert set(timing["decode_s"]) == {"eagle2", "eagle1", "vanilla"} and timing["views_s"] > 0
+
+
+@pytest.mark.slow
+def test_live_views_skip_a_tree_being_scrubbed(bundle):
+    req = RunRequest(prompt=PROMPT, preset=PRESET, max_new_tokens=20, with_vanilla=False)
+    run = generate(req, CACHE.get, throttle=Throttle(interval=0.0, budget=10.0))
+    seen, scrubbed = [], False
+    for u in run:
+        if scrubbed and u.trees:
+            seen.append(set(u.trees))
+        elif u.trees and len(u.session.records("eagle2")) >= 2:
+            actions.scrub(u.session, "eagle2", 1)  # the visitor drags the EAGLE-2 slider mid-run
+            scrubbed = True
+    assert seen and all(keys == {"eagle1"} for keys in seen)
+
+
+@pytest.mark.slow
+def test_scrubber_draws_the_chosen_step(finished):
+    s = finished[-1].session
+    fig, text, caption = actions.scrub(s, "eagle2", 1)
+    assert "step 1:" in fig.layout.title.text and s.follow["eagle2"] is False
+    assert _trace_nodes(fig) == len(s.runs["eagle2"][1].nodes)
+    assert 'data-step="1"' in text and "outline:2px" in text and caption.startswith("Step 1:")
+    fig0, _, caption0 = actions.scrub(s, "eagle1", 0)
+    assert "prefill" in caption0 and _trace_nodes(fig0) == 0
+    fig_far, _, _ = actions.scrub(s, "eagle1", 10_000)  # clamped to the last step
+    assert f"step {s.last_step('eagle1')}:" in fig_far.layout.title.text
+    back = actions.follow_latest(s)
+    assert s.follow == {"eagle2": True, "eagle1": True} and set(back.trees) == {"eagle2", "eagle1"}
+
+
+@pytest.mark.slow
+def test_trace_export_import_round_trip(finished, tmp_path):
+    s = finished[-1].session
+    path, err = actions.export(s)
+    assert err is None
+    replay = actions.load_trace(path)
+    assert replay.error is None and replay.done and set(replay.trees) == {"eagle2", "eagle1"}
+    r = replay.session
+    assert r.meta == json.loads(json.dumps(s.meta)) and r.source.endswith(".json")
+    for m in s.runs:
+        assert [x.to_dict() for x in r.runs[m]] == [x.to_dict() for x in s.runs[m]]
+    fig, _, _ = actions.scrub(r, "eagle1", 1)
+    assert "step 1:" in fig.layout.title.text
+    assert replay.metrics == finished[-1].metrics.replace("in this run", "when the trace was recorded")
+
+
+@pytest.mark.slow
+def test_stop_ends_the_run_after_one_step_and_keeps_its_output(bundle):
+    control = RunControl()
+    req = RunRequest(prompt=PROMPT, preset=PRESET, max_new_tokens=24)
+    updates, kept = [], None
+    for u in generate(req, CACHE.get, throttle=Throttle(interval=0.0, budget=10.0), control=control):
+        updates.append(u)
+        if kept is None and u.session and len(u.session.records("eagle2")) >= 3:
+            assert control.running and actions.request_stop(control) == "Stopping after the current step…"
+            kept = {m: len(u.session.records(m)) for m in ("eagle2", "eagle1")}
+    last = updates[-1]
+    assert last.status.startswith("Stopped. Kept what was produced") and last.done and last.trees and last.analysis
+    now = {m: len(last.session.records(m)) for m in ("eagle2", "eagle1")}
+    assert all(kept[m] <= now[m] <= kept[m] + 1 for m in now)  # within one step of the request
+    assert "vanilla" not in last.session.runs and not control.running and control.stop_requested
+    assert actions.request_stop(control) == "Nothing is running."
+
+
+@pytest.mark.slow
+def test_sessions_do_not_share_state(finished, bundle):
+    first = finished[-1].session
+    before = [len(first.records(m)) for m in first.runs]
+    req = RunRequest(prompt="Say hi.", preset=PRESET, max_new_tokens=4, with_vanilla=False)
+    other = list(generate(req, CACHE.get))[-1].session
+    assert other is not first and other.meta["prompt"] == "Say hi."
+    assert [len(first.records(m)) for m in first.runs] == before and first.meta["prompt"] == PROMPT
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"prompt": ""}, "prompt is empty"),
+    ({"prompt": "   \n\t"}, "prompt is empty"),
+    ({"prompt": "x" * 20_001}, "characters"),
+    ({"max_new_tokens": 0}, "max_new_tokens=0 is outside"),
+    ({"max_new_tokens": 5000}, "max_new_tokens=5000 is outside"),
+    ({"temperature": 3.0}, "temperature=3.0 is outside"),
+    ({"top_p": 0.0}, "top_p=0.0 is outside"),
+    ({"total_tokens": 1}, "total_tokens=1 is outside"),
+    ({"depth": 40}, "depth=40 is outside"),
+    ({"top_k": 0}, "top_k=0 is outside"),
+    ({"top_k": float("nan")}, "top-k must be a finite number"),
+    ({"seed": "abc"}, "seed must be a number"),
+    ({"max_new_tokens": 2.5}, "whole number"),
+    ({"tree_choice": "custom", "tree_json": "[[0], [1"}, "not valid JSON"),
+    ({"tree_choice": "custom", "tree_json": ""}, "enter a JSON list"),
+    ({"tree_choice": "custom", "tree_json": "[[0], [0, 0, 0]]"}, "not prefix-closed"),
+    ({"tree_choice": "custom", "tree_json": "[[0], [25]]"}, "rank outside"),
+    ({"tree_choice": "custom", "tree_json": json.dumps([[0] * k for k in range(1, 14)])}, "deeper than"),
+    ({"tree_choice": "custom", "tree_json": '{"a": 1}'}, "non-empty list of paths"),
+    ({"tree_choice": "nope"}, "unknown static tree"),
+    ({"preset": "someone/else"}, "unknown model preset"),
+])
+def test_bad_input_gives_one_message_and_loads_nothing(change, words):
+    req = RunRequest(**{**RunRequest(prompt=PROMPT, preset=PRESET).__dict__, **change})
+    updates = list(generate(req, _no_model))
+    assert len(updates) == 1 and updates[0].error and words in updates[0].error
+    assert updates[0].status.startswith("⚠") and updates[0].session is None  # the page keeps its last run
+
+
+def test_unavailable_preset_is_refused_with_a_reason(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub = ModelPreset(name="hub pair", model="org/model", head="org/head", needs=("hub",))
+    assert "hub" in unavailable_reason(hub)
+    with pytest.raises(RuntimeError, match="hub"):
+        CACHE.get(hub)
+    shipped = load_presets()
+    official = [p for p in shipped.values() if "cuda" in p.needs and p.head]
+    assert official and official[0].model == "lmsys/vicuna-7b-v1.3"
+    assert unavailable_reason(shipped[PRESET]) is None
+
+
+def test_preset_file_from_the_environment(tmp_path, monkeypatch):
+    f = tmp_path / "models.json"
+    f.write_text(json.dumps({"presets": [{"name": "mine", "model": "embedded", "head": None}]}))
+    monkeypatch.setenv("EAGLE2_MODELS", str(f))
+    assert list(load_presets()) == ["mine"]
+    f.write_text(json.dumps({"presets": [{"name": "bad", "model": "x", "needs": ["tpu"]}]}))
+    with pytest.raises(ValueError, match="needs"):
+        load_presets()
+    f.write_text("{")
+    with pytest.raises(ValueError, match="unreadable"):
+        load_presets()
+
+
+@pytest.mark.parametrize("text, words", [
+    ("{not json", "not a JSON trace"),
+    ('{"version": 1}', "no 'runs' field"),
+    ('{"version": 99, "runs": {}}', "version 99 is not supported"),
+    ('{"version": 1, "runs": {"eagle2": [{"step": 0}]}}', "malformed step record"),
+    ('{"version": 1, "runs": []}', "malformed step record"),
+    ('{"version": 1, "runs": {"medusa": []}}', "unknown methods"),
+    ('{"version": 1, "runs": {"vanilla": []}}', "no EAGLE-2 or EAGLE-1 records"),
+])
+def test_bad_trace_files_are_refused(tmp_path, text, words):
+    f = tmp_path / "t.json"
+    f.write_text(text)
+    u = actions.load_trace(str(f))
+    assert u.error and words in u.error and "t.json" in u.error and u.session is None
+
+
+@pytest.mark.slow
+def test_tampered_trace_record_is_refused(finished, tmp_path):
+    d = json.loads(Trace(meta={}, runs=finished[-1].session.runs).to_json())
+    d["runs"]["eagle2"][1]["nodes"][3]["parent"] = 99
+    with pytest.raises(ValueError, match="eagle2 record 1: node 3"):
+        import_trace(json.dumps(d))
+    d = json.loads(Trace(meta={}, runs=finished[-1].session.runs).to_json())
+    d["runs"]["eagle1"][1]["nodes"][1]["text"] = 7
+    with pytest.raises(ValueError, match="wrong type"):
+        import_trace(json.dumps(d))
+    with pytest.raises(ValueError, match="not UTF-8"):
+        import_trace(b"\xff\xfe\x00")
+
+
+def test_export_without_a_run_says_so():
+    path, err = actions.export(Session())
+    assert path is None and "Generate" in err
+    with pytest.raises(ValueError):
+        export_trace(Session())
+
+
+@pytest.mark.slow
+def test_prompt_longer_than_the_context_is_refused(bundle):
+    cfgs = configs(RunRequest(prompt="x", preset=PRESET, max_new_tokens=1024))
+    limit = bundle.target.config.max_position_embeddings
+    msg = _context_error(bundle, limit - 100, cfgs)
+    assert msg and str(limit) in msg and "Shorten the prompt" in msg
+    assert _context_error(bundle, 100, cfgs) is None
+
+
+def test_settings_helpers():
+    assert sglang_flags(6, 10, 60) == ("--speculative-algorithm EAGLE --speculative-num-steps 6 "
+                                       "--speculative-eagle-topk 10 --speculative-num-draft-tokens 60")
+    assert "EAGLE-2 **26** · EAGLE-1 **26**" in budget_markdown(26, "mc_sim_7b_63", "")
+    assert "differ" in budget_markdown(30, "mc_sim_7b_63", "")
+    assert "EAGLE-1 **6**" in budget_markdown(6, "chain_5", "")
+    assert "⚠" in budget_markdown(26, "custom", "[[1], [")
+    assert LIMITS["total_tokens"][0] < LIMITS["total_tokens"][1]
+
+
+def test_throttle_keeps_overhead_within_budget():
+    now = [0.0]
+    t = Throttle(interval=0.3, budget=0.1, clock=lambda: now[0])
+    ticks = spent = 0.0
+    while now[0] < 100.0:
+        now[0] += 0.05  # a decode step
+        if t.due():
+            ticks += 1
+            now[0] += 0.2  # an expensive update
+            spent += 0.2
+            t.add(0.2)
+    assert ticks > 10 and spent / now[0] <= 0.1 + 0.2 / now[0]
+
+
+def test_stop_with_nothing_running_says_so():
+    assert actions.request_stop(RunControl()) == "Nothing is running."
+    assert actions.request_stop(None) == "Nothing is running."
+
+
+def test_bundle_cache_loads_once_reports_progress_and_evicts(monkeypatch):
+    import app_parts.presets as presets
+
+    calls, steps = [], []
+
+    def fake_load(model, head, device):
+        calls.append(model)
+        if model == "broken":
+            raise OSError("no such file")
+        return f"bundle:{model}"
+
+    monkeypatch.setattr(presets, "load", fake_load)
+    cache = presets.BundleCache()
+    a, b = ModelPreset(name="a", model="m1"), ModelPreset(name="b", model="m2")
+    assert cache.get(a, lambda f, msg: steps.append((f, msg))) == "bundle:m1"
+    assert cache.get(a) == "bundle:m1" and calls == ["m1"]
+    assert steps[0][0] < steps[-1][0] == 1.0 and "Loading a" in steps[0][1]
+    assert cache.get(b) == "bundle:m2" and cache.loaded("a") is None  # one model at a time
+    with pytest.raises(RuntimeError, match="could not load “c”: no such file"):
+        cache.get(ModelPreset(name="c", model="broken"))
+    assert presets.model_info(a, cache).endswith("Loads on the first Generate.")

@@ -1,0 +1,124 @@
+"""The page in a real browser (Debian's chromium through Playwright's Python package, never `playwright install`).
+
+Generate shows both tree charts and the text; the step slider scrubs back to step 1; Stop ends a long
+run and the page stays usable. The first finished run is saved as docs/screenshot.png for the README.
+"""
+from __future__ import annotations
+
+import os
+import re
+import socket
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--no-first-run"]
+SHOT = Path(__file__).resolve().parent.parent / "docs" / "screenshot.png"
+RUN_MS = 240_000  # a short run takes well under a minute on two busy cores
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def page(embedded):
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"Debian's chromium is not installed at {CHROMIUM} (apt-get install -y chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright's Python package is not installed")
+
+    import app
+    from app_parts.presets import CACHE, load_presets
+
+    CACHE.put(next(iter(load_presets())), embedded)
+    demo = app.build_demo()
+    port = _free_port()
+    demo.queue().launch(prevent_thread_lock=True, server_port=port, quiet=True, **app.launch_options())
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        pg = browser.new_page(viewport={"width": 1440, "height": 1000})
+        pg.set_default_timeout(60_000)
+        pg.goto(f"http://127.0.0.1:{port}/")
+        pg.wait_for_selector("#prompt textarea")
+        try:
+            yield pg
+        finally:
+            browser.close()
+            demo.close()
+
+
+def _set_number(page, elem_id: str, value: int) -> None:
+    """Type into a slider's number box and leave it (blur commits the value and fires `release`)."""
+    box = page.locator(f"#{elem_id} input[type=number]")
+    box.fill(str(value))
+    box.press("Tab")
+
+
+def _status(page) -> str:
+    return page.locator("#status").inner_text()
+
+
+def _wait_status(page, prefix: str, timeout: int = RUN_MS) -> None:
+    page.wait_for_function("p => (document.querySelector('#status')?.innerText || '').startsWith(p)", arg=prefix,
+                           timeout=timeout)
+
+
+def _title(page, method: str) -> str:
+    return page.locator(f"#tree-{method} .gtitle").first.text_content() or ""
+
+
+def _generate(page, prompt: str, max_new: int, plain: bool) -> None:
+    page.fill("#prompt textarea", prompt)
+    _set_number(page, "max-new", max_new)
+    box = page.get_by_label("also run plain decoding (for the speedup)")
+    if box.is_checked() != plain:
+        box.click()
+    page.click("#generate")
+
+
+def test_generate_shows_two_trees_and_text(page):
+    _generate(page, "Write a haiku about the sea.", 12, plain=True)
+    page.wait_for_selector("#tree-eagle2 .js-plotly-plot .scatterlayer")
+    page.wait_for_selector("#tree-eagle1 .js-plotly-plot .scatterlayer")
+    _wait_status(page, "Done.")
+    assert page.locator("#tree-eagle2 .js-plotly-plot").count() == 1
+    assert page.locator("#tree-eagle1 .js-plotly-plot").count() == 1
+    for m in ("eagle2", "eagle1"):
+        assert page.locator(f"#text-{m} .tok-text .tok").count() == 12
+        assert re.search(r"step \d+:", _title(page, m))
+    assert "plain decoding" in page.locator("#metrics").inner_text()
+    SHOT.parent.mkdir(exist_ok=True)
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(SHOT))
+
+
+def test_scrub_back_to_step_one(page):
+    before, other = _title(page, "eagle2"), _title(page, "eagle1")
+    assert "step 1:" not in before
+    _set_number(page, "step-eagle2", 1)
+    page.wait_for_function("() => (document.querySelector('#tree-eagle2 .gtitle')?.textContent || '')"
+                           ".includes('step 1:')")
+    assert _title(page, "eagle2") != before and _title(page, "eagle1") == other
+    assert page.locator('#text-eagle2 .tok-text .tok[data-step="1"][style*="outline"]').count() >= 1
+
+
+def test_stop_then_generate_again(page):
+    _generate(page, "Tell me a long story about a dragon who learns to bake bread.", 400, plain=False)
+    page.wait_for_function("() => /EAGLE-1 \\(static tree\\): \\d+ tokens, step [2-9]/"
+                           ".test(document.querySelector('#status')?.innerText || '')", timeout=RUN_MS)
+    page.click("#stop")
+    _wait_status(page, "Stopped", timeout=60_000)
+    kept = page.locator("#text-eagle2 .tok-text .tok").count()
+    assert 3 <= kept < 400
+    _generate(page, "Say hello.", 6, plain=False)
+    _wait_status(page, "Done.")
+    assert 1 <= page.locator("#text-eagle2 .tok-text .tok").count() <= 6
+    assert page.locator("#tree-eagle2 .js-plotly-plot").count() == 1

@@ -1,0 +1,227 @@
+"""Tests for eagle2/train: loss goes down, shards round-trip, checkpoints resume, batches are built right."""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+
+from eagle2.head import load_head, save_head
+from eagle2.train.data import (GREEDY, SAMPLED, TEACHER, Sequence, load_sequences, read_prompts, read_shard,
+                               generate_responses, target_features, target_features_argmax, write_shard)
+from eagle2.train.checkpoint import latest_checkpoint, load_latest_head, trainable_head
+from eagle2.train.batches import collate, make_batches
+from eagle2.train.card import write_card
+from eagle2.train.loop import TrainConfig, _remap, data_vocab, head_forward, losses, train
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def target() -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      tie_word_embeddings=True)
+    cfg._attn_implementation = "sdpa"
+    model = LlamaForCausalLM(cfg).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def _sequences(target, n: int = 12, seed: int = 0) -> list[Sequence]:
+    g = torch.Generator().manual_seed(seed)
+    seqs = []
+    for i in range(n):
+        toks = torch.randint(0, 256, (8 + 3 * (i % 5),), generator=g).tolist()
+        (feats,) = target_features(target, [toks])
+        seqs.append(Sequence(tokens=torch.tensor(toks), features=feats, start=3, kind=SAMPLED if i % 4 == 3 else GREEDY))
+    return seqs
+
+
+def _write_data(target, directory: Path, seqs: list[Sequence]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    write_shard(directory / "shard_00000.safetensors", seqs)
+    (directory / "manifest.json").write_text(json.dumps({"shards": {"shard_00000.safetensors": {
+        "sequences": len(seqs), "tokens": sum(len(s.tokens) for s in seqs),
+        "response_tokens": sum(len(s.tokens) - s.start for s in seqs), "seconds": 0.0}}}))
+
+
+def test_features_are_post_norm_and_unaffected_by_padding(target):
+    a, b = [5, 6, 7, 8, 9], [1, 2, 3]
+    fa, fb = target_features(target, [a, b])
+    (fb_alone,) = target_features(target, [b])
+    torch.testing.assert_close(fb, fb_alone, atol=1e-5, rtol=1e-5)
+    full = target(input_ids=torch.tensor([a]), output_hidden_states=False).logits[0]
+    torch.testing.assert_close(target.lm_head(fa), full, atol=1e-4, rtol=1e-4)  # lm_head(feature) = logits
+
+
+def test_shard_round_trip(target, tmp_path):
+    seqs = _sequences(target, 5)
+    write_shard(tmp_path / "s.safetensors", seqs)
+    back = read_shard(tmp_path / "s.safetensors")
+    assert len(back) == 5
+    for s, r in zip(seqs, back):
+        assert r.tokens.tolist() == s.tokens.tolist() and r.start == s.start and r.kind == s.kind
+        assert r.features.dtype == torch.float16
+        torch.testing.assert_close(r.features.float(), s.features, atol=2e-3, rtol=2e-3)
+
+
+def test_read_prompts_formats(tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps([{"instruction": "Add", "input": "1 2", "output": "3"},
+                                                 {"instruction": "Hi", "input": ""}]))
+    (tmp_path / "b.jsonl").write_text('{"turns": ["first", "second"]}\n{"prompt": "p"}\n')
+    assert read_prompts(tmp_path / "a.json") == ["Add\n\n1 2", "Hi"]
+    assert read_prompts(tmp_path / "b.jsonl") == ["first", "p"]
+
+
+def test_collate_labels_and_mask(target):
+    s = _sequences(target, 1)[0]
+    batch = collate([s, Sequence(s.tokens[:5], s.features[:5], start=2)])
+    n = len(s.tokens)
+    # input i is (x_{i+1}, f_i); target f_{i+1}; label x_{i+2}, only from the last prompt position on
+    assert batch["in_tokens"][0].tolist() == s.tokens[1:].tolist()
+    torch.testing.assert_close(batch["target"][0], s.features[1:].float())
+    assert batch["labels"][0, s.start - 1].item() == s.tokens[s.start + 1].item()
+    assert (batch["labels"][0, : s.start - 1] == -100).all() and batch["labels"][0, n - 2].item() == -100
+    assert batch["train_pos"][1].tolist() == [False, True, True, True] + [False] * (n - 5)
+
+
+def test_make_batches_cover_everything_within_budget(target):
+    seqs = _sequences(target, 12)
+    batches = make_batches(seqs, 40, random.Random(0))
+    assert sorted(i for b in batches for i in b) == list(range(12))
+    assert all(len(b) == 1 or len(b) * max(len(seqs[i].tokens) for i in b) <= 40 for b in batches)
+
+
+def test_steps_reduce_loss_on_fixed_batch(target):
+    cfg = TrainConfig(ce_vocab="full")
+    head, params = trainable_head(target)
+    assert not any(p.requires_grad for p in target.parameters())
+    opt = torch.optim.AdamW(params, lr=3e-3)
+    batch = collate(_sequences(target, 6))
+    lm = target.lm_head.weight
+    embed_before = target.model.embed_tokens.weight.clone()
+    history = []
+    for _ in range(30):
+        ((pred, tgt, m, labels),) = head_forward(head, batch)
+        reg, ce = losses(pred, tgt, m, labels, lm, cfg, None)
+        loss = reg + cfg.ce_weight * ce
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        history.append(loss.item())
+    assert history[-1] < 0.7 * history[0]
+    assert torch.equal(target.model.embed_tokens.weight, embed_before)  # the shared embedding stays frozen
+
+
+def test_train_resume_and_export(target, tmp_path):
+    seqs = _sequences(target, 30)
+    data, ckpt = tmp_path / "data", tmp_path / "ckpt"
+    _write_data(target, data, seqs)
+    assert len(load_sequences(data)) == 30
+    cfg = TrainConfig(epochs=2, batch_tokens=64, save_every=1000, max_minutes=1e-9, heldout_every=5)
+    first = train(target, data, ckpt, cfg)  # stops after one step on the time limit, checkpointing
+    assert first["steps"] == 1 and latest_checkpoint(ckpt).name == "step_0000001.pt"
+    head1, _ = load_latest_head(target, ckpt)
+    full = train(target, data, ckpt, TrainConfig(epochs=2, batch_tokens=64, save_every=1000, heldout_every=5))
+    assert full["steps"] == full["total_steps"] > 1
+    assert latest_checkpoint(ckpt).name == f"step_{full['steps']:07d}.pt"
+    head2, state = load_latest_head(target, ckpt)
+    assert state["step"] == full["steps"]
+    assert not torch.equal(head1.fc.weight, head2.fc.weight)
+    straight = train(target, data, tmp_path / "ckpt2", TrainConfig(epochs=2, batch_tokens=64, save_every=1000,
+                                                                    heldout_every=5))
+    head3, _ = load_latest_head(target, tmp_path / "ckpt2")  # an uninterrupted run ends at the same weights
+    assert straight["steps"] == full["steps"]
+    torch.testing.assert_close(head3.fc.weight, head2.fc.weight, atol=1e-6, rtol=1e-5)
+    assert 0.0 <= full["heldout"]["top1"] <= full["heldout"]["top3"] <= full["heldout"]["top10"] <= 1.0
+    assert full["heldout"]["positions"] > 0
+    save_head(head2, tmp_path / "head")
+    write_card(tmp_path / "head", [data], state, full)
+    card = (tmp_path / "head" / "README.md").read_text()
+    assert "CC BY-NC 4.0" in card and f"{full['heldout']['top1']:.3f}" in card and f"{state['step']} steps" in card
+    loaded = load_head(tmp_path / "head", target)
+    torch.testing.assert_close(loaded.fc.weight, head2.fc.weight.half().float())
+
+
+def test_teacher_labels_come_from_target_argmax(target, tmp_path):
+    toks = [3, 17, 42, 99, 5, 8, 250, 1]
+    ((feats, top),) = target_features_argmax(target, [toks])
+    torch.testing.assert_close(top, target.lm_head(feats).argmax(-1))
+    s = Sequence(tokens=torch.tensor(toks), features=feats, start=3, kind=TEACHER, argmax=top)
+    write_shard(tmp_path / "t.safetensors", [s])
+    (back,) = read_shard(tmp_path / "t.safetensors")
+    batch = collate([back])
+    # input i predicts f_{i+1}; its label is the target's own greedy choice there, not the text's next token
+    assert batch["labels"][0, 2:7].tolist() == top[3:8].tolist()
+    assert (batch["labels"][0, :2] == -100).all()
+
+
+def test_data_vocab_keeps_most_frequent_labels_and_remaps(target):
+    s = Sequence(tokens=torch.tensor([1, 2, 3, 4, 5, 6]), features=torch.zeros(6, 64), start=1, kind=TEACHER,
+                 argmax=torch.tensor([7, 7, 9, 7, 9, 11]))
+    vocab = data_vocab([s], 2)
+    assert vocab.tolist() == [7, 9]
+    assert _remap(torch.tensor([9, 11, -100, 7]), vocab, 256).tolist() == [1, -100, -100, 0]
+
+
+def test_generate_responses_match_plain_greedy(target):
+    class Tok:
+        pad_token_id = 0
+
+    prompts = [[5, 9, 11, 200, 3], [17, 4], [1, 2, 3, 250, 251, 252, 40]]
+
+    def plain(p: list[int], eos: int) -> list[int]:
+        ids = torch.tensor([p])
+        return target.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=12,
+                               do_sample=False, pad_token_id=0, eos_token_id=eos)[0, len(p):].tolist()
+
+    eos = plain(prompts[0], -1)[2]  # a token the first prompt emits early: rows finish at different steps
+    target.generation_config.eos_token_id = eos
+    got = generate_responses(target, Tok(), prompts, max_new_tokens=12, context=4)
+    for p, s in zip(prompts, got):
+        ref = plain(p, eos)
+        ref = ref[: ref.index(eos) + 1 if eos in ref else len(ref)]
+        c = min(len(p), 4)
+        assert s.start == c and s.tokens.tolist() == p[-c:] + ref[:-1]  # the final token is never fed back
+        assert s.argmax[c - 1:].tolist() == ref  # greedy: the target's choice after each position
+        (full,) = target_features(target, [p + ref[:-1]])  # features gathered while decoding = a fresh pass
+        torch.testing.assert_close(s.features, full[len(p) - c:], atol=1e-4, rtol=1e-4)
+    assert got[0].argmax[-1] == eos and len({len(s.tokens) - s.start for s in got}) > 1
+
+
+def test_depth2_matches_drafting_with_a_cache(target):
+    head, _ = trainable_head(target, seed=1)
+    head.eval()
+    s = _sequences(target, 1)[0]
+    batch = collate([s])
+    with torch.no_grad():
+        (p1, *_), (p2, *_) = head_forward(head, batch, depth=2)
+        j = 4  # as drafting does: commit real pairs 0..j, then feed (x_{j+2}, own p_{j+1}) at position j+1
+        cache = DynamicCache(config=head.config)
+        causal = torch.zeros(1, 1, j + 1, j + 1).masked_fill(~torch.ones(j + 1, j + 1, dtype=torch.bool).tril(),
+                                                              torch.finfo(torch.float32).min)
+        first = head(batch["in_tokens"][:, : j + 1], batch["in_feats"][:, : j + 1], causal,
+                     torch.arange(j + 1)[None], cache)
+        second = head(batch["in_tokens"][:, j + 1: j + 2], first[:, j: j + 1], torch.zeros(1, 1, 1, j + 2),
+                      torch.tensor([[j + 1]]), cache)
+    torch.testing.assert_close(first[0], p1[0, : j + 1], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(second[0, 0], p2[0, j], atol=1e-5, rtol=1e-4)
+
+
+def test_sampled_responses_record_the_targets_greedy_choice(target):
+    class Tok:
+        pad_token_id = 0
+
+    target.generation_config.eos_token_id = 255
+    prompts = [[5, 9, 11, 200, 3], [17, 4]]
+    got = generate_responses(target, Tok(), prompts, max_new_tokens=10, temperature=0.7, seed=3, context=8)
+    for p, s in zip(prompts, got):
+        assert s.kind == SAMPLED and s.tokens[: s.start].tolist() == p
+        ((_, top),) = target_features_argmax(target, [s.tokens.tolist()])
+        assert s.argmax[s.start - 1:].tolist() == top[s.start - 1:].tolist()
