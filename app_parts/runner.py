@@ -6,6 +6,7 @@ time spent on them (building plus the page's round trip) under a small share of 
 """
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -16,9 +17,10 @@ from app_parts.presets import ModelPreset, describe_preset, in_use, load_presets
 from app_parts.session import TREE_METHODS, RunControl, Session
 from app_parts.settings import RunRequest, check_prompt, configs, settings_meta
 from app_parts.views import LABELS, analysis_views, metrics_markdown, step_caption, text_view, tree_view
-from eagle2.api import encode_prompt, stream
-from eagle2.config import DecodeConfig
+from eagle2.api import decoder_for, encode_prompt, stream
 from eagle2.loading import Bundle
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -93,18 +95,6 @@ def _progress(session: Session) -> str:
     return "Decoding… " + " · ".join(parts)
 
 
-def _context_error(bundle: Bundle, prompt_len: int, cfgs: dict[str, DecodeConfig]) -> str | None:
-    """A message when prompt + new tokens + draft depth would pass the model's context length."""
-    limit = getattr(bundle.target.config, "max_position_embeddings", None)
-    c = cfgs["eagle2"]
-    need = prompt_len + c.max_new_tokens + max(c.depth, max(len(p) for p in c.tree)) + 1
-    if limit and need > limit:
-        return (f"the prompt is {prompt_len} tokens; with {c.max_new_tokens} new tokens and the draft tree "
-                f"the run needs {need} positions, but the model allows {limit}. Shorten the prompt or "
-                f"lower max new tokens.")
-    return None
-
-
 def _decode_interleaved(session: Session, gens: dict[str, Iterator], view: Callable[[Session], Update],
                         throttle: Throttle, control: RunControl) -> Iterator[Update]:
     """Advance each decoder by one step in turn until done or Stop; yield a live view when the throttle allows."""
@@ -137,6 +127,9 @@ def generate(req: RunRequest, get_bundle: Callable[[ModelPreset], Bundle], show_
     control.running, control.stop_requested = True, False
     try:
         yield from _generate(req, get_bundle, show_pruned, throttle or Throttle(), control)
+    except (ValueError, RuntimeError) as e:  # a failure inside the decoder: say what, keep the page working
+        log.exception("decoding failed")
+        yield Update(session=None, status=f"⚠ decoding failed: {e}", error=f"decoding failed: {e}")
     finally:
         control.running = False
 
@@ -160,9 +153,11 @@ def _generate(req: RunRequest, get_bundle: Callable[[ModelPreset], Bundle], show
         yield Update(session=None, status=f"⚠ {e}", error=str(e), model_info=describe_preset(preset))
         return
     ids = encode_prompt(bundle.tokenizer, req.prompt)
-    too_long = _context_error(bundle, len(ids), cfgs)
-    if too_long:
-        yield Update(session=None, status=f"⚠ {too_long}", error=too_long)
+    try:  # the engine's own rule: room in the context for the answer and the draft tree
+        for m in TREE_METHODS:
+            decoder_for(bundle).check_prompt(ids, cfgs[m])
+    except ValueError as e:
+        yield Update(session=None, status=f"⚠ {e}", error=str(e))
         return
     session = Session(source="live")
     session.meta = {"model": bundle.model_name, "head": repo_relative(bundle.head_name),

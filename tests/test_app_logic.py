@@ -10,7 +10,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from app_parts import actions  # noqa: E402
 from app_parts.presets import CACHE, ModelPreset, load_presets, unavailable_reason  # noqa: E402
-from app_parts.runner import Throttle, _context_error, generate  # noqa: E402
+from app_parts.runner import Throttle, generate  # noqa: E402
 from app_parts.session import RunControl, Session, export_trace, import_trace  # noqa: E402
 from app_parts.settings import RunRequest, budget_markdown, configs, sglang_flags  # noqa: E402
 from eagle2.config import LIMITS  # noqa: E402
@@ -231,11 +231,11 @@ def test_export_without_a_run_says_so():
 
 @pytest.mark.slow
 def test_prompt_longer_than_the_context_is_refused(bundle):
-    cfgs = configs(RunRequest(prompt="x", preset=PRESET, max_new_tokens=1024))
+    req = RunRequest(prompt="9 " * 7000, preset=PRESET, max_new_tokens=1024, total_tokens=128)
+    updates = list(generate(req, CACHE.get))
     limit = bundle.target.config.max_position_embeddings
-    msg = _context_error(bundle, limit - 100, cfgs)
-    assert msg and str(limit) in msg and "Shorten the prompt" in msg
-    assert _context_error(bundle, 100, cfgs) is None
+    assert len(updates) == 2 and updates[0].status.startswith("Preparing")  # refused before any decoding
+    assert updates[1].error and f"context is {limit}" in updates[1].error and updates[1].session is None
 
 
 def test_settings_helpers():
@@ -288,3 +288,19 @@ def test_bundle_cache_loads_once_reports_progress_and_evicts(monkeypatch):
     with pytest.raises(RuntimeError, match="could not load “c”: no such file"):
         cache.get(ModelPreset(name="c", model="broken"))
     assert presets.model_info(a, cache).endswith("Loads on the first Generate.")
+
+
+def test_a_decoder_failure_becomes_a_message(monkeypatch):
+    import app_parts.runner as runner
+
+    class Broken:
+        def check_prompt(self, ids, cfg):
+            raise RuntimeError("head does not fit the target")
+
+    class FakeBundle:
+        tokenizer = None
+
+    monkeypatch.setattr(runner, "encode_prompt", lambda tok, text: [1, 2, 3])
+    monkeypatch.setattr(runner, "decoder_for", lambda bundle: Broken())
+    updates = list(generate(RunRequest(prompt=PROMPT, preset=PRESET), lambda preset: FakeBundle()))
+    assert updates[-1].error == "decoding failed: head does not fit the target" and updates[-1].session is None
