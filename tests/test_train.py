@@ -39,7 +39,8 @@ def _sequences(target, n: int = 12, seed: int = 0) -> list[Sequence]:
     for i in range(n):
         toks = torch.randint(0, 256, (8 + 3 * (i % 5),), generator=g).tolist()
         (feats,) = target_features(target, [toks])
-        seqs.append(Sequence(tokens=torch.tensor(toks), features=feats, start=3, kind=SAMPLED if i % 4 == 3 else GREEDY))
+        kind = SAMPLED if i % 4 == 3 else GREEDY
+        seqs.append(Sequence(tokens=torch.tensor(toks), features=feats, start=3, kind=kind))
     return seqs
 
 

@@ -38,7 +38,14 @@ def write_card(out: Path, data_dir: str | Path | list, state: dict, report: dict
             f"{init['tokens_seen']:,} positions, {init['seconds'] / 60:.0f} min); the numbers above are this run's."
             if init else "")
     h = report.get("heldout", {})
+    sampled = ", some sampled" if gen.get("sample_every") else ""
     cfg = state.get("config", {})
+    every = cfg.get("heldout_every", "?")
+    unroll = (f"depth 2 unrolled on the head's own features (weight {cfg.get('unroll_weight')})"
+              if cfg.get("unroll", 1) > 1 else "depth 1 only")
+    epochs = state.get("tokens_seen", 0) / max(state.get("train_tokens", 1), 1)
+    args = [Path(a).name if a.startswith("/") else a for a in sys.argv[1:]]  # no machine paths in the card
+    command = " ".join(["python -m eagle2.train.cli"] + args)
     card = f"""---
 license: cc-by-nc-4.0
 base_model: HuggingFaceTB/SmolLM2-135M-Instruct
@@ -53,21 +60,22 @@ the target's embedding and `lm_head` are used). Load with `eagle2.head.load_head
 
 - Prompts: a 5,000-row subset of Stanford Alpaca (tatsu-lab/stanford_alpaca), **CC BY-NC 4.0**: this head is a
   derivative of that data and is for non-commercial use.
-- Responses: self-distilled, i.e. written by SmolLM2-135M-Instruct itself (greedy{", some sampled" if gen.get("sample_every") else ""};
+- Responses: self-distilled, i.e. written by SmolLM2-135M-Instruct itself (greedy{sampled};
   at most {gen.get("max_new_tokens", "?")} new tokens), formatted with its chat template. The targets are its
-  post-norm last hidden states at each position, kept while it generated, and its greedy next tokens.
-- Self-distilled: {seqs} sequences, {resp:,} response tokens; every {cfg.get("heldout_every", "?")}-th greedy sequence held out
+  post-norm last hidden states at each position (kept while it generated, or from one teacher-forced pass) and
+  its greedy next tokens.
+- Self-distilled: {seqs} sequences, {resp:,} response tokens; every {every}-th greedy sequence held out
   ({report.get("heldout_sequences", "?")} sequences, {h.get("positions", "?")} positions).{teacher}
 
 ## Training
 
 - Loss: smooth L1 on the next feature (1.0) + {cfg.get("ce_weight", "?")} x cross-entropy against the target's
-  token ({cfg.get("ce_target", "?")} labels, {cfg.get("ce_vocab", "?")} vocabulary); feature noise {cfg.get("noise", "?")};
-  {"depth 2 unrolled on the head's own features (weight " + str(cfg.get("unroll_weight")) + ")"
-   if cfg.get("unroll", 1) > 1 else "depth 1 only"}.
+  token ({cfg.get("ce_target", "?")} labels, {cfg.get("ce_vocab", "?")} vocabulary);
+  feature noise {cfg.get("noise", "?")};
+  {unroll}.
 - AdamW, peak lr {cfg.get("lr", "?")}, warm-up + cosine, grad clip {cfg.get("grad_clip", "?")},
   about {cfg.get("batch_tokens", "?")} tokens per step; {state.get("step", "?")} steps,
-  {state.get("tokens_seen", 0) / max(state.get("train_tokens", 1), 1):.1f} epochs over {state.get("train_tokens", 0):,} training positions,
+  {epochs:.1f} epochs over {state.get("train_tokens", 0):,} training positions,
   wall time {state.get("seconds", 0) / 60:.0f} min.
 - Hardware: {hardware()}.{warm}
 
@@ -90,6 +98,6 @@ python -m eagle2 train fit --data SELF --train-only REF --out CKPT --unroll 2 --
     --save-head assets/smollm2-135m-eagle
 ```
 
-This run: `{" ".join(["python -m eagle2.train.cli"] + sys.argv[1:])}`.
+This run: `{command}`.
 """
     (out / "README.md").write_text(card)
