@@ -1,4 +1,4 @@
-"""The page in a real browser (Debian's chromium through Playwright's Python package, never `playwright install`).
+"""The page in a real browser: Debian's chromium driven by Playwright's Python package (no browser download).
 
 Generate shows both tree charts and the text; the step slider scrubs back to step 1; Stop ends a long
 run and the page stays usable. The first finished run is saved as docs/screenshot.png for the README.
