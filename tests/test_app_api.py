@@ -5,34 +5,20 @@ import html
 import json
 import os
 import re
-import socket
 
 import pytest
+
+from tests.conftest import served_app
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 pytestmark = pytest.mark.slow
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def url(embedded):
-    import app
-    from app_parts.presets import CACHE, load_presets
-
-    CACHE.put(next(iter(load_presets())), embedded)  # the session's model, loaded once
-    demo = app.build_demo()
-    port = free_port()
-    demo.queue().launch(prevent_thread_lock=True, server_port=port, quiet=True, **app.launch_options())
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        demo.close()
+    with served_app(embedded) as u:
+        yield u
 
 
 @pytest.fixture(scope="module")

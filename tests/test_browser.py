@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import served_app
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
@@ -23,36 +24,22 @@ RUN_MS = 240_000  # a short run takes well under a minute on two busy cores
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def page(embedded):
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"Debian's chromium is not installed at {CHROMIUM} (apt-get install -y chromium)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright's Python package is not installed")
 
-    import app
-    from app_parts.presets import CACHE, load_presets
-
-    CACHE.put(next(iter(load_presets())), embedded)
-    demo = app.build_demo()
-    port = _free_port()
-    demo.queue().launch(prevent_thread_lock=True, server_port=port, quiet=True, **app.launch_options())
-    with sync_api.sync_playwright() as p:
+    with served_app(embedded) as url, sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         pg = browser.new_page(viewport={"width": 1440, "height": 1000})
         pg.set_default_timeout(60_000)
-        pg.goto(f"http://127.0.0.1:{port}/")
+        pg.goto(url)
         pg.wait_for_selector("#prompt textarea")
         try:
             yield pg
         finally:
             browser.close()
-            demo.close()
 
 
 def _set_number(page, elem_id: str, value: int) -> None:
