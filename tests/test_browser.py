@@ -109,3 +109,66 @@ def test_stop_then_generate_again(page):
     _wait_status(page, "Done.")
     assert 1 <= page.locator("#text-eagle2 .tok-text .tok").count() <= 6
     assert page.locator("#tree-eagle2 .js-plotly-plot").count() == 1
+
+
+def test_three_sessions_queue_and_keep_their_own_runs(embedded, monkeypatch):
+    """Three isolated browser sessions press Generate together: the decodes run one at a time on the shared
+    model, and each page ends with exactly its own prompt's text and trees, also after scrubbing."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"Debian's chromium is not installed at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright's Python package is not installed")
+    import threading
+    import time
+
+    import app
+    from eagle2.api import run
+    from eagle2.config import DecodeConfig
+
+    spans, lock, inner = [], threading.Lock(), app.generate
+
+    def timed(*args, **kwargs):  # records when each visitor's decode ran, on the server side
+        start = time.perf_counter()
+        try:
+            yield from inner(*args, **kwargs)
+        finally:
+            with lock:
+                spans.append((start, time.perf_counter()))
+
+    monkeypatch.setattr(app, "generate", timed)
+    prompts = ["Name three colours.", "What is 2 + 2?", "Say something kind."]
+    want = ["".join(t for r in run(embedded, p, DecodeConfig(method="vanilla", max_new_tokens=6)).records
+                    for t in r.new_texts) for p in prompts]
+    assert len(set(want)) == 3, "the prompts must give different texts for this test to mean anything"
+    with served_app(embedded) as url, sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            pages = []
+            for prompt in prompts:  # separate contexts: no shared cookies or storage, like three visitors
+                pg = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+                pg.set_default_timeout(60_000)
+                pg.goto(url)
+                pg.wait_for_selector("#prompt textarea")
+                pg.fill("#prompt textarea", prompt)
+                _set_number(pg, "max-new", 6)
+                box = pg.get_by_label("also run plain decoding (for the speedup)")
+                if box.is_checked():
+                    box.click()
+                pages.append(pg)
+            for pg in pages:
+                pg.click("#generate")
+            for pg in pages:
+                _wait_status(pg, "Done.")
+            for pg, text in zip(pages, want):
+                for m in ("eagle2", "eagle1"):
+                    shown = "".join(pg.locator(f"#text-{m} .tok-text .tok").all_text_contents())
+                    assert shown == text.replace("\n", ""), (m, shown, text)
+                    assert pg.locator(f"#tree-{m} .js-plotly-plot").count() == 1
+            _set_number(pages[1], "step-eagle2", 1)  # scrubbing one page leaves the others alone
+            pages[1].wait_for_function("() => (document.querySelector('#tree-eagle2 .gtitle')?.textContent || '')"
+                                       ".includes('step 1:')")
+            assert all("step 1:" not in _title(pg, "eagle2") for pg in (pages[0], pages[2]))
+        finally:
+            browser.close()
+    assert len(spans) == 3
+    spans.sort()
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])), f"decodes overlapped: {spans}"
