@@ -24,7 +24,7 @@ REJECTED = "rejected"      # parent accepted, this token was not
 UNREACHED = "unreached"    # parent not accepted (or a sibling won first), so never decided
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Node:
     """One draft candidate. `id` indexes the record's node list; the root is id 0 with parent -1."""
 
@@ -43,7 +43,7 @@ class Node:
     target_text: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StepRecord:
     """One decoding step: draft, verify, accept, commit. Step 0 is the prefill (no tree)."""
 
