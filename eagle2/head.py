@@ -16,6 +16,8 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
+from .config import LIMITS
+
 DRAFT_VOCAB = "draft_vocab.safetensors"
 CONFIG_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
                "rms_norm_eps", "max_position_embeddings", "head_dim", "rope_theta", "rope_scaling",
@@ -130,6 +132,9 @@ def _read_draft_vocab(directory: Path, vocab_size: int) -> torch.Tensor | None:
         raise ValueError(f"{path} is unreadable: {e}") from None
     if ids.ndim != 1 or ids.numel() == 0 or int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
         raise ValueError(f"{path}: token ids must be a non-empty 1-D list inside 0..{vocab_size - 1}")
+    if ids.numel() < LIMITS["top_k"][1] or ids.unique().numel() != ids.numel():
+        raise ValueError(f"{path}: needs at least {LIMITS['top_k'][1]} distinct token ids (the largest top-k), "
+                         f"has {ids.unique().numel()}")
     return ids
 
 

@@ -13,7 +13,7 @@ from eagle2.head import load_head, save_head
 from eagle2.train.data import (GREEDY, SAMPLED, TEACHER, Sequence, load_sequences, read_prompts, read_shard,
                                generate_responses, target_features, target_features_argmax, write_shard)
 from eagle2.train.checkpoint import latest_checkpoint, load_latest_head, trainable_head
-from eagle2.train.batches import collate, make_batches
+from eagle2.train.batches import collate, load_split, make_batches
 from eagle2.train.card import write_card
 from eagle2.train.loop import TrainConfig, _remap, data_vocab, head_forward, losses, train
 
@@ -226,3 +226,22 @@ def test_sampled_responses_record_the_targets_greedy_choice(target):
         assert s.kind == SAMPLED and s.tokens[: s.start].tolist() == p
         ((_, top),) = target_features_argmax(target, [s.tokens.tolist()])
         assert s.argmax[s.start - 1:].tolist() == top[s.start - 1:].tolist()
+
+
+def test_export_draft_vocab_is_the_most_frequent_target_tokens(target, tmp_path):
+    import argparse
+
+    from eagle2.train.cli import _draft_vocab
+
+    seqs = _sequences(target, 20)
+    data = tmp_path / "data"
+    _write_data(target, data, seqs)
+    save_head(trainable_head(target, 0)[0], tmp_path / "head")
+    _draft_vocab(argparse.Namespace(data=[str(data)], train_only=None, draft_vocab=24), str(tmp_path / "head"))
+    head = load_head(tmp_path / "head", target)
+    train_set, _ = load_split([data], TrainConfig().heldout_every)
+    labels = torch.cat([s.next_argmax()[max(s.start - 1, 0):] for s in train_set])
+    ids, counts = torch.unique(labels[labels >= 0], return_counts=True)
+    last = counts.sort(descending=True).values[23]
+    assert head.draft_vocab is not None and len(head.draft_vocab) == 24
+    assert all(int(counts[ids == t]) >= last for t in head.draft_vocab)  # nothing rarer than the 24th

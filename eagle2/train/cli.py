@@ -65,6 +65,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
     print(json.dumps(report, indent=1))
     if args.save_head:
         _export(target, args.out, args.data + (args.train_only or []), args.save_head, report)
+        _draft_vocab(args, args.save_head)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
@@ -82,6 +83,24 @@ def cmd_export(args: argparse.Namespace) -> None:
     target, _ = _load_target(args)
     report = evaluate_checkpoint(target, args.data, args.ckpt, _train_config(args))
     _export(target, args.ckpt, args.data + (args.train_only or []), args.save_head, report)
+    _draft_vocab(args, args.save_head)
+
+
+def _draft_vocab(args: argparse.Namespace, out: str) -> None:
+    """With --draft-vocab N: the N tokens the target chooses most often in the training data, saved beside
+    the head, so the draft scores only those (lossless: the target still verifies over the full vocabulary)."""
+    if not args.draft_vocab:
+        return
+    from ..head import save_draft_vocab
+    from .batches import load_split
+    from .loop import data_vocab
+
+    train_set, _ = load_split(args.data, _train_config(args).heldout_every, args.train_only)
+    labels = torch.cat([s.next_argmax()[max(s.start - 1, 0):] for s in train_set])
+    ids = data_vocab(train_set, args.draft_vocab)
+    covered = float(torch.isin(labels[labels >= 0], ids).float().mean())
+    save_draft_vocab(ids, out)
+    print(f"draft vocabulary: {len(ids)} tokens covering {covered:.4f} of the target's choices in the data")
 
 
 def _export(target, ckpt_dir: str, data_dir: str | list, out: str, report: dict) -> None:
@@ -148,6 +167,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         q.add_argument("--unroll-weight", type=float, default=None)
         q.add_argument("--ce-vocab-size", type=int, default=None)
         q.add_argument("--train-only", nargs="*", default=None, help="more shard directories, none held out")
+        q.add_argument("--draft-vocab", type=int, default=0,
+                       help="with the saved head, also save the N most frequent target tokens as its draft vocabulary")
         if name == "fit":
             q.add_argument("--init", default=None, help="start from this checkpoint file (step_N.pt)")
         q.set_defaults(func=fn)
