@@ -93,7 +93,10 @@ class Bundle:
     head_name: str
 
     def describe(self) -> str:
-        return f"model {self.model_name} | head {self.head_name} | {self.device.type} {str(self.dtype).removeprefix('torch.')}"
+        vocab = getattr(self.head, "draft_vocab", None)
+        drafts = "" if vocab is None else f" (drafts over its {len(vocab):,} most frequent tokens)"
+        return (f"model {self.model_name} | head {self.head_name}{drafts} | "
+                f"{self.device.type} {str(self.dtype).removeprefix('torch.')}")
 
 
 def load_target(model: str, device: torch.device, dtype: torch.dtype):
