@@ -24,3 +24,7 @@ def test_sweep_rows_and_figure(tiny):
     names = {t.name for t in fig.data}
     assert {"EAGLE-2 depth 2", "EAGLE-2 depth 3", "EAGLE-1 chain", "EAGLE-1 mc_sim cut by depth"} == names
     assert sum(len(t.x) for t in fig.data) == 2 * (len(rows) - 1)  # every non-vanilla row, in both panels
+    colours = {}
+    for t in fig.data:  # one legend serves both panels: a series has one colour, and series differ
+        colours.setdefault(t.name, set()).add(t.line.color)
+    assert all(len(c) == 1 for c in colours.values()) and len({next(iter(c)) for c in colours.values()}) == len(colours)

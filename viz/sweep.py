@@ -16,13 +16,16 @@ def sweep_figure(rows: list[dict]) -> go.Figure:
         key = f"EAGLE-2 depth {r['depth']}" if r["method"] == "eagle2" else \
             ("EAGLE-1 chain" if r["label"].startswith("chain") else "EAGLE-1 mc_sim cut by depth")
         groups.setdefault(key, []).append(r)
-    for name, rs in groups.items():
+    palette = ["#1f77b4", "#2ca02c", "#9467bd", "#e377c2", "#bcbd22", "#ff7f0e", "#17becf", "#8c564b"]
+    for i, (name, rs) in enumerate(groups.items()):
         rs = sorted(rs, key=lambda r: r["total_tokens"])
         dash = "solid" if name.startswith("EAGLE-2") else "dot"
+        colour = palette[i % len(palette)]  # the same colour in both panels, so one legend serves both
         for col, field in ((1, "speedup"), (2, "tau")):
             fig.add_trace(go.Scatter(
                 x=[r["total_tokens"] for r in rs], y=[r[field] for r in rs], mode="lines+markers", name=name,
-                legendgroup=name, showlegend=col == 1, line={"dash": dash},
+                legendgroup=name, showlegend=col == 1, line={"dash": dash, "color": colour},
+                marker={"color": colour},
                 text=[r["label"] for r in rs],
                 hovertemplate="%{text}<br>verified nodes %{x}<br>" + field + " %{y:.2f}<extra>" + name + "</extra>"),
                 row=1, col=col)
