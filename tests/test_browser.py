@@ -111,12 +111,9 @@ def test_stop_then_generate_again(page):
     assert page.locator("#tree-eagle2 .js-plotly-plot").count() == 1
 
 
-def test_three_sessions_queue_and_keep_their_own_runs(embedded, monkeypatch):
+def test_three_sessions_queue_and_keep_their_own_runs(page, embedded, monkeypatch):
     """Three isolated browser sessions press Generate together: the decodes run one at a time on the shared
     model, and each page ends with exactly its own prompt's text and trees, also after scrubbing."""
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"Debian's chromium is not installed at {CHROMIUM}")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright's Python package is not installed")
     import threading
     import time
 
@@ -134,41 +131,44 @@ def test_three_sessions_queue_and_keep_their_own_runs(embedded, monkeypatch):
             with lock:
                 spans.append((start, time.perf_counter()))
 
-    monkeypatch.setattr(app, "generate", timed)
-    prompts = ["Name three colours.", "What is 2 + 2?", "Say something kind."]
-    want = ["".join(t for r in run(embedded, p, DecodeConfig(method="vanilla", max_new_tokens=6)).records
+    monkeypatch.setattr(app, "generate", timed)  # looked up per call by the served page's handler
+    prompts = ["Name three colours.", "Describe the moon in a few words.", "Say something kind."]
+    want = ["".join(t for r in run(embedded, p, DecodeConfig(method="vanilla", max_new_tokens=16)).records
                     for t in r.new_texts) for p in prompts]
     assert len(set(want)) == 3, "the prompts must give different texts for this test to mean anything"
-    with served_app(embedded) as url, sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            pages = []
-            for prompt in prompts:  # separate contexts: no shared cookies or storage, like three visitors
-                pg = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-                pg.set_default_timeout(60_000)
-                pg.goto(url)
-                pg.wait_for_selector("#prompt textarea")
-                pg.fill("#prompt textarea", prompt)
-                _set_number(pg, "max-new", 6)
-                box = pg.get_by_label("also run plain decoding (for the speedup)")
-                if box.is_checked():
-                    box.click()
-                pages.append(pg)
-            for pg in pages:
-                pg.click("#generate")
-            for pg in pages:
-                _wait_status(pg, "Done.")
-            for pg, text in zip(pages, want):
-                for m in ("eagle2", "eagle1"):
-                    shown = "".join(pg.locator(f"#text-{m} .tok-text .tok").all_text_contents())
-                    assert shown == text.replace("\n", ""), (m, shown, text)
-                    assert pg.locator(f"#tree-{m} .js-plotly-plot").count() == 1
-            _set_number(pages[1], "step-eagle2", 1)  # scrubbing one page leaves the others alone
-            pages[1].wait_for_function("() => (document.querySelector('#tree-eagle2 .gtitle')?.textContent || '')"
-                                       ".includes('step 1:')")
-            assert all("step 1:" not in _title(pg, "eagle2") for pg in (pages[0], pages[2]))
-        finally:
-            browser.close()
+    url = page.url.split("?")[0]
+    contexts = [page.context.browser.new_context(viewport={"width": 1280, "height": 900}) for _ in prompts]
+    try:
+        pages = []
+        for ctx, prompt in zip(contexts, prompts):  # separate contexts: no shared cookies or storage
+            pg = ctx.new_page()
+            pg.set_default_timeout(60_000)
+            pg.goto(url)
+            pg.wait_for_selector("#prompt textarea")
+            pg.fill("#prompt textarea", prompt)
+            _set_number(pg, "max-new", 16)
+            box = pg.get_by_label("also run plain decoding (for the speedup)")
+            if box.is_checked():
+                box.click()
+            pages.append(pg)
+        for pg in pages:
+            pg.click("#generate")
+        for pg in pages:
+            _wait_status(pg, "Done.")
+        for pg, text in zip(pages, want):
+            for m in ("eagle2", "eagle1"):
+                shown = "".join(pg.locator(f"#text-{m} .tok-text .tok").all_text_contents())
+                assert shown == text.replace("\n", ""), (m, shown, text)
+                assert pg.locator(f"#tree-{m} .js-plotly-plot").count() == 1
+        before = [_title(pg, "eagle2") for pg in pages]
+        assert "step 1:" not in before[1], before[1]  # the run took more than one step, so a scrub shows
+        _set_number(pages[1], "step-eagle2", 1)  # scrubbing one page leaves the others alone
+        pages[1].wait_for_function("() => (document.querySelector('#tree-eagle2 .gtitle')?.textContent || '')"
+                                   ".includes('step 1:')")
+        assert [_title(pg, "eagle2") for pg in (pages[0], pages[2])] == [before[0], before[2]]
+    finally:
+        for ctx in contexts:
+            ctx.close()
     assert len(spans) == 3
     spans.sort()
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])), f"decodes overlapped: {spans}"
