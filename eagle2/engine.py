@@ -108,7 +108,7 @@ class Decoder:
 
     def _draft_topk(self, logp: torch.Tensor, k: int) -> tuple[list, list]:
         """Top-k draft tokens (vocabulary ids) and log-probs, as Python lists: one host transfer."""
-        lp, idx = logp.topk(min(k, logp.shape[-1]), dim=-1)
+        lp, idx = logp.topk(k, dim=-1)
         if self.draft_ids is not None:
             idx = self.draft_ids[idx]
         return lp.tolist(), idx.tolist()

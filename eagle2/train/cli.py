@@ -93,10 +93,10 @@ def _draft_vocab(args: argparse.Namespace, out: str) -> None:
         return
     from ..head import save_draft_vocab
     from .batches import load_split
-    from .loop import data_vocab
+    from .loop import data_vocab, target_choices
 
     train_set, _ = load_split(args.data, _train_config(args).heldout_every, args.train_only)
-    labels = torch.cat([s.next_argmax()[max(s.start - 1, 0):] for s in train_set])
+    labels = target_choices(train_set)
     ids = data_vocab(train_set, args.draft_vocab)
     covered = float(torch.isin(labels[labels >= 0], ids).float().mean())
     save_draft_vocab(ids, out)

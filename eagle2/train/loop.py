@@ -102,9 +102,14 @@ def _remap(labels: torch.Tensor, vocab: torch.Tensor, size: int) -> torch.Tensor
     return torch.where(labels >= 0, table[labels.clamp(min=0)], labels)
 
 
+def target_choices(seqs: list[Sequence]) -> torch.Tensor:
+    """The target's greedy next token at every trained position of `seqs` (-100 where there is none)."""
+    return torch.cat([s.next_argmax()[max(s.start - 1, 0):] for s in seqs])
+
+
 def data_vocab(seqs: list[Sequence], size: int) -> torch.Tensor:
     """The `size` tokens the target chooses most often in `seqs` (sorted ids): the cross-entropy's vocabulary."""
-    labels = torch.cat([s.next_argmax()[max(s.start - 1, 0):] for s in seqs])
+    labels = target_choices(seqs)
     ids, counts = torch.unique(labels[labels >= 0], return_counts=True)
     return ids[counts.argsort(descending=True)[:size]].sort().values
 
