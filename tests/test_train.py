@@ -245,3 +245,18 @@ def test_export_draft_vocab_is_the_most_frequent_target_tokens(target, tmp_path)
     last = counts.sort(descending=True).values[23]
     assert head.draft_vocab is not None and len(head.draft_vocab) == 24
     assert all(int(counts[ids == t]) >= last for t in head.draft_vocab)  # nothing rarer than the 24th
+
+
+def test_held_out_prompts_are_not_trained_through_another_directory(target, tmp_path):
+    greedy = _sequences(target, 20, seed=1)
+    # other responses to the same prompts, as a sampled run over the same prompts would store them elsewhere
+    others = [Sequence(tokens=torch.cat([s.tokens[:s.start], (s.tokens[s.start:] + 1) % 256]),
+                       features=s.features, start=s.start, kind=SAMPLED) for s in greedy]
+    _write_data(target, tmp_path / "a", greedy)
+    _write_data(target, tmp_path / "b", others)
+    train_set, held = load_split([tmp_path / "a"], 5, train_only=[tmp_path / "b"])
+    assert held, "the split must hold some prompts out"
+    held_prompts = {tuple(s.tokens[:s.start].tolist()) for s in held}
+    trained_prompts = [tuple(s.tokens[:s.start].tolist()) for s in train_set]
+    assert not held_prompts & set(trained_prompts)
+    assert len(train_set) == 2 * len(greedy) - 2 * len(held)  # only those prompts' sequences were dropped

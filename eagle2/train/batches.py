@@ -28,7 +28,18 @@ def load_split(data_dirs: str | Path | list, every: int,
         t, h = split(load_sequences(d), every)
         train_set += t
         held += h
-    return train_set, held
+    return without_prompts_of(train_set, held), held
+
+
+def _prompt_key(s: Sequence) -> bytes:
+    return s.tokens[:s.start].numpy().tobytes()
+
+
+def without_prompts_of(train_set: list[Sequence], held: list[Sequence]) -> list[Sequence]:
+    """Training sequences whose prompt is not one of the held-out prompts: another response to a held-out prompt
+    (a sampled one, say, stored in another directory) would otherwise leak it into training."""
+    banned = {_prompt_key(s) for s in held}
+    return [s for s in train_set if _prompt_key(s) not in banned]
 
 
 def trim(s: Sequence, context: int) -> Sequence:
