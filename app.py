@@ -73,6 +73,8 @@ def _controls(ui: SimpleNamespace) -> None:
                              label="total tokens (verified per step, root included)")
         ui.depth = gr.Slider(*LIMITS["depth"], value=d.depth, step=1, label="depth")
         ui.top_k = gr.Slider(*LIMITS["top_k"], value=d.top_k, step=1, label="top-k")
+        ui.lookup = gr.Checkbox(d.lookup, label="add a prompt-lookup branch (up to depth tokens copied from the "
+                                "text so far, scored by the draft, always verified: extra nodes)", elem_id="lookup")
     with gr.Accordion("Static tree (EAGLE-1)", open=True):
         ui.tree_dd = gr.Dropdown(tree_choices(), value="mc_sim_7b_63", label="tree")
         ui.tree_json = gr.Textbox(CUSTOM_EXAMPLE, label="custom tree: JSON list of child-rank paths", lines=3,
@@ -146,13 +148,14 @@ def _outputs(ui: SimpleNamespace) -> list:
 @_on_gpu
 def _on_generate(prompt_text: str, preset_name: str, max_new_tokens: float, temperature_value: float,
                  top_p_value: float, seed_value: float, total_tokens: float, tree_depth: float, tree_top_k: float,
+                 lookup_branch: bool,
                  static_tree_name: str, custom_tree_json: str, run_plain: bool, show_pruned_nodes: bool,
                  control: RunControl, progress=gr.Progress()) -> Iterator[list]:
     """Generate: stream both decoders' trees, text and metrics to this visitor's page."""
     req = RunRequest(prompt=prompt_text, preset=preset_name, max_new_tokens=max_new_tokens,
                      temperature=temperature_value, top_p=top_p_value, seed=seed_value, total_tokens=total_tokens,
                      depth=tree_depth, top_k=tree_top_k, tree_choice=static_tree_name, tree_json=custom_tree_json,
-                     with_vanilla=bool(run_plain))
+                     with_vanilla=bool(run_plain), lookup=bool(lookup_branch))
 
     def loader(preset: ModelPreset) -> Bundle:
         return CACHE.get(preset, lambda fraction, message: progress(fraction, desc=message))
@@ -183,7 +186,7 @@ def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     """Connect the events."""
     outputs = _outputs(ui)
     inputs = [ui.prompt, ui.model_dd, ui.max_new, ui.temperature, ui.top_p, ui.seed, ui.total, ui.depth, ui.top_k,
-              ui.tree_dd, ui.tree_json, ui.with_vanilla, ui.show_pruned, ui.control]
+              ui.lookup, ui.tree_dd, ui.tree_json, ui.with_vanilla, ui.show_pruned, ui.control]
     # One decode at a time on the shared model: both triggers share a queue; other sessions wait their turn.
     ui.run_btn.click(_on_generate, inputs, outputs, api_name="generate", show_progress="minimal",
                      concurrency_id="decode", concurrency_limit=1)

@@ -95,6 +95,8 @@ def _check_record(method: str, i: int, r: StepRecord) -> None:
             _fail(where, f"node {j} has a field of the wrong type")
         if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (n.prob, n.score)):
             _fail(where, f"node {j} has a non-numeric probability or score")
+        if n.source not in ("draft", "lookup", "both"):
+            _fail(where, f"node {j} has an unknown source {n.source!r}")
     if any(not isinstance(a, int) or not 0 < a < len(r.nodes) for a in r.accepted):
         _fail(where, "an accepted node id is not in the tree")
 

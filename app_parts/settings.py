@@ -32,6 +32,7 @@ class RunRequest:
     tree_choice: str = "mc_sim_7b_63"
     tree_json: str = ""
     with_vanilla: bool = True
+    lookup: bool = False   # EAGLE-2 gets a prompt-lookup branch
 
 
 def tree_choices() -> list[str]:
@@ -86,7 +87,10 @@ def configs(req: RunRequest) -> dict[str, DecodeConfig]:
                   total_tokens=_number("total tokens", req.total_tokens, int),
                   depth=_number("depth", req.depth, int), top_k=_number("top-k", req.top_k, int),
                   tree=static_tree(req.tree_choice, req.tree_json))
-    return {m: DecodeConfig(method=m, **common) for m in ("eagle2", "eagle1", "vanilla")}
+    if not isinstance(req.lookup, bool):
+        raise ValueError(f"prompt-lookup branch must be true or false, not {req.lookup!r}")
+    return {m: DecodeConfig(method=m, lookup=req.lookup and m == "eagle2", **common)
+            for m in ("eagle2", "eagle1", "vanilla")}
 
 
 def budget_markdown(total_tokens: object, tree_choice: str, tree_json: str) -> str:
@@ -121,5 +125,5 @@ def settings_meta(cfgs: dict[str, DecodeConfig], req: RunRequest) -> dict:
     """The settings of a run as plain data for the trace."""
     c = cfgs["eagle2"]
     return {"max_new_tokens": c.max_new_tokens, "temperature": c.temperature, "top_p": c.top_p,
-            "seed": c.seed, "total_tokens": c.total_tokens, "depth": c.depth, "top_k": c.top_k,
+            "seed": c.seed, "total_tokens": c.total_tokens, "depth": c.depth, "top_k": c.top_k, "lookup": c.lookup,
             "static_tree": req.tree_choice, "static_paths": [list(p) for p in c.tree]}

@@ -24,10 +24,13 @@ def _decode_args(p: argparse.ArgumentParser) -> None:
 
 
 def config_from(args: argparse.Namespace, method: str) -> DecodeConfig:
+    """Settings from the command line; method `eagle2_lookup` is EAGLE-2 with the prompt-lookup branch."""
     tree = parse_tree(args.tree, max(args.top_k, 20))
-    return DecodeConfig(method=method, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                        top_p=args.top_p, seed=args.seed, total_tokens=args.total_tokens, depth=args.depth,
-                        top_k=args.top_k, tree=tree)
+    lookup = method == "eagle2_lookup" or bool(getattr(args, "lookup", False))
+    return DecodeConfig(method="eagle2" if method == "eagle2_lookup" else method, max_new_tokens=args.max_new_tokens,
+                        temperature=args.temperature, top_p=args.top_p, seed=args.seed,
+                        total_tokens=args.total_tokens, depth=args.depth, top_k=args.top_k, tree=tree,
+                        lookup=lookup and method in ("eagle2", "eagle2_lookup"))
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
@@ -55,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--prompt", required=True)
     g.add_argument("--method", default="eagle2", choices=("eagle2", "eagle1", "vanilla"))
     g.add_argument("--json", action="store_true", help="print one JSON object with the metrics")
+    g.add_argument("--lookup", action="store_true",
+                   help="EAGLE-2: add a prompt-lookup branch to each tree (scored by the draft, always verified)")
     _decode_args(g)
     g.set_defaults(func=cmd_generate)
 

@@ -1,6 +1,6 @@
 """Benchmark: every method on the same prompts, in one process, after a warm-up; ratios, not absolutes.
 
-Methods: our `vanilla`, `eagle1`, `eagle2`, plus transformers' own greedy `generate` (`hf_greedy`) and its
+Methods: our `vanilla`, `eagle1`, `eagle2`, `eagle2_lookup` (EAGLE-2 with a prompt-lookup branch), plus transformers' own greedy `generate` (`hf_greedy`) and its
 prompt-lookup assisted generation (`hf_lookup`) as peers. Speedups are tokens/s ratios within this run.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-OURS = ("vanilla", "eagle1", "eagle2")
+OURS = ("vanilla", "eagle1", "eagle2", "eagle2_lookup")  # eagle2_lookup: EAGLE-2 plus a prompt-lookup branch
 PEERS = ("hf_greedy", "hf_lookup")
 
 

@@ -74,6 +74,7 @@ class DecodeConfig:
     depth: int = 5
     top_k: int = 8
     tree: tuple[tuple[int, ...], ...] = field(default=())  # static tree (EAGLE-1); empty = preset mc_sim_7b_63
+    lookup: bool = False       # EAGLE-2 only: add a prompt-lookup branch (up to `depth` tokens), always verified
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -83,6 +84,8 @@ class DecodeConfig:
             v = getattr(self, name)
             if not (lo <= v <= hi):
                 raise ValueError(f"{name}={v} is outside {lo}..{hi}")
+        if not isinstance(self.lookup, bool):
+            raise ValueError(f"lookup must be true or false, not {self.lookup!r}")
         if not self.tree:
             object.__setattr__(self, "tree", parse_tree("mc_sim_7b_63", max(self.top_k, 4)))
 

@@ -16,10 +16,14 @@ import torch
 from transformers import DynamicCache
 
 from .config import DecodeConfig
+from .lookup import continuation
 from .records import KEPT, PRUNED, ROOT, UNEXPANDED, Node, StepRecord
 from .tokens import TokenText
 from .tree import Candidate, additive_mask, select_dynamic, static_children, tree_inputs
 from .verify import accept_greedy, accept_sampling, sample_token
+
+
+LOG_FLOOR = -69.0  # about log(1e-30): the score of a lookup token the draft gives (almost) no probability
 
 
 def keep_positions(cache: DynamicCache, keep: torch.Tensor) -> None:
@@ -44,6 +48,7 @@ class _State:
     pend_feats: torch.Tensor    # (1, T, H) target features not yet fed to the head
     pend_tokens: torch.Tensor   # (1, T) the token that followed each of those features
     root: int                   # last committed token, not yet in the target cache
+    history: list[int]          # prompt and every committed token, root last (for prompt lookup)
     produced: int = 0
 
 
@@ -72,6 +77,7 @@ class Decoder:
         self.draft_ids = None if vocab is None else vocab.to(self.device)
         w = self.lm_head.weight
         self.draft_w = w if self.draft_ids is None else w.index_select(0, self.draft_ids)  # (M, H)
+        self.draft_col = {} if self.draft_ids is None else {t: j for j, t in enumerate(self.draft_ids.tolist())}
 
     # ---- helpers -------------------------------------------------------------------------------
     def _text(self, token: int) -> str:
@@ -91,7 +97,7 @@ class Decoder:
         first = sample_token(self.lm_head(h[0, -1]), cfg.temperature, cfg.top_p, gen)
         state = _State(target_cache=cache, head_cache=DynamicCache(config=self.head.config), head_len=0,
                        pend_feats=h, pend_tokens=torch.tensor([prompt_ids[1:] + [first]], device=self.device),
-                       root=first, produced=1)
+                       root=first, history=list(prompt_ids) + [first], produced=1)
         ms = (self._sync() - t0) * 1e3
         rec = StepRecord(step=0, method=cfg.method, prefix_len=len(prompt_ids), nodes=(), accepted=(),
                          bonus_token=first, new_tokens=(first,), new_texts=(self._text(first),),
@@ -104,7 +110,7 @@ class Decoder:
         mask = additive_mask(visible, st.head_len, self.dtype).to(self.device)
         out = self.head(torch.tensor([tokens], device=self.device), feats, mask,
                         torch.tensor([positions], device=self.device), st.head_cache)[0]  # (Q, H)
-        return torch.log_softmax((out @ self.draft_w.T).float(), dim=-1), out
+        return torch.log_softmax(torch.nn.functional.linear(out, self.draft_w).float(), dim=-1), out
 
     def _draft_topk(self, logp: torch.Tensor, k: int) -> tuple[list, list]:
         """Top-k draft tokens (vocabulary ids) and log-probs, as Python lists: one host transfer."""
@@ -122,9 +128,33 @@ class Decoder:
         st.head_len += t
         return logp[-1], out[-1]
 
+    def _draft_logp(self, logp_row: torch.Tensor, token: int) -> float:
+        """The draft's log-probability of a vocabulary token (floored; outside a reduced vocabulary it is 0)."""
+        col = self.draft_col.get(token) if self.draft_ids is not None else token
+        return LOG_FLOOR if col is None else max(float(logp_row[col]), LOG_FLOOR)
+
+    def _add_children(self, pool: list[Candidate], feats: dict[int, torch.Tensor], n: int, logp_row: torch.Tensor,
+                      top_lp: list[float], top_tok: list[int], feat: torch.Tensor, extra: int | None) -> list[int]:
+        """Append node n's top-k children, plus `extra` (a prompt-lookup token) scored by the same draft row."""
+        pool[n].expanded = True
+        depth, base, new = pool[n].depth + 1, pool[n].score, []
+        for r, (lp, tok) in enumerate(zip(top_lp, top_tok)):
+            pool.append(Candidate(parent=n, token=tok, depth=depth, rank=r, logp=lp, score=base + lp,
+                                  source="both" if tok == extra else "draft"))
+            new.append(len(pool) - 1)
+        if extra is not None and extra not in top_tok:
+            lp = self._draft_logp(logp_row, extra)
+            pool.append(Candidate(parent=n, token=extra, depth=depth, rank=len(top_tok), logp=lp, score=base + lp,
+                                  source="lookup"))
+            new.append(len(pool) - 1)
+        for i in new:
+            feats[i] = feat
+        return new
+
     def _expand(self, st: _State, pool: list[Candidate], feats: dict[int, torch.Tensor], drafted: list[int],
-                nodes: list[int], k: int) -> list[int]:
-        """Draft the top-k children of `nodes` (all one depth) in one head forward; returns new pool indices."""
+                nodes: list[int], k: int, extra: dict[int, int] | None = None) -> list[int]:
+        """Draft the top-k children of `nodes` (all one depth) in one head forward; returns new pool indices.
+        `extra` maps a node to one more child token to add (prompt lookup), scored by the same forward."""
         keys = drafted + nodes
         where = {n: j for j, n in enumerate(keys)}
         visible = torch.zeros(len(nodes), len(keys), dtype=torch.bool)
@@ -140,23 +170,32 @@ class Decoder:
         top_lp, top_tok = self._draft_topk(logp, k)  # (Q, k) each
         new = []
         for q, n in enumerate(nodes):
-            pool[n].expanded = True
-            for r in range(k):
-                lp = top_lp[q][r]
-                pool.append(Candidate(parent=n, token=top_tok[q][r], depth=depth + 1, rank=r, logp=lp,
-                                      score=pool[n].score + lp))
-                feats[len(pool) - 1] = out[q]
-                new.append(len(pool) - 1)
+            new += self._add_children(pool, feats, n, logp[q], top_lp[q], top_tok[q], out[q], (extra or {}).get(n))
         return new
 
-    def _root_children(self, st, pool, feats, k) -> list[int]:
+    def _root_children(self, st, pool, feats, k, extra: int | None = None) -> list[int]:
         logp, feat = self._catch_up(st)
         lp, tok = self._draft_topk(logp, k)
-        for r in range(k):
-            pool.append(Candidate(parent=0, token=tok[r], depth=1, rank=r, logp=lp[r], score=lp[r]))
-            feats[len(pool) - 1] = feat
-        pool[0].expanded = True
-        return list(range(1, k + 1))
+        return self._add_children(pool, feats, 0, logp, lp, tok, feat, extra)
+
+    def _grow_dynamic(self, st: _State, pool: list[Candidate], feats: dict[int, torch.Tensor], drafted: list[int],
+                      cfg: DecodeConfig) -> list[int]:
+        """EAGLE-2: expand the top_k most confident nodes per level, then keep the best total_tokens - 1 overall.
+        With `cfg.lookup`, a prompt-lookup continuation rides along as one more branch: each of its tokens is
+        scored by the draft like any other node, it is expanded with its level, and it is always verified."""
+        chain = continuation(st.history, cfg.depth) if cfg.lookup else []
+        frontier = self._root_children(st, pool, feats, cfg.top_k, chain[0] if chain else None)
+        on_chain = [i for i in frontier if chain and pool[i].token == chain[0]][:1]
+        for d in range(1, cfg.depth):
+            nodes = sorted(frontier, key=lambda i: -pool[i].score)[:cfg.top_k]  # best by cumulative score
+            extra = {}
+            if len(on_chain) == d and d < len(chain):
+                nodes = nodes if on_chain[-1] in nodes else nodes + [on_chain[-1]]
+                extra = {on_chain[-1]: chain[d]}
+            frontier = self._expand(st, pool, feats, drafted, nodes, cfg.top_k, extra)
+            on_chain += [i for i in frontier if extra and pool[i].parent == on_chain[-1] and pool[i].token == chain[d]]
+        kept = select_dynamic(pool, cfg.total_tokens - 1)
+        return [0] + sorted(set(kept[1:]) | set(on_chain), key=lambda i: (pool[i].depth, i))
 
     def draft_tree(self, st: _State, cfg: DecodeConfig) -> tuple[list[Candidate], list[int]]:
         """Grow the draft tree; returns the whole candidate pool and the kept indices (root first)."""
@@ -166,11 +205,7 @@ class Decoder:
         if cfg.method == "vanilla":
             return pool, [0]
         if cfg.method == "eagle2":
-            frontier = self._root_children(st, pool, feats, cfg.top_k)
-            for _ in range(cfg.depth - 1):
-                kids = self._expand(st, pool, feats, drafted, frontier, cfg.top_k)
-                frontier = sorted(kids, key=lambda i: -pool[i].score)[:cfg.top_k]  # best by cumulative score
-            kept = select_dynamic(pool, cfg.total_tokens - 1)
+            kept = self._grow_dynamic(st, pool, feats, drafted, cfg)
         else:
             spec = static_children(cfg.tree)
             k = cfg.static_top_k
@@ -216,7 +251,7 @@ class Decoder:
         if not prompt_ids:
             raise ValueError("the prompt is empty")
         limit = getattr(self.target.config, "max_position_embeddings", None)
-        room = cfg.max_new_tokens + max(cfg.total_tokens, len(cfg.tree) + 1)
+        room = cfg.max_new_tokens + max(cfg.total_tokens + cfg.lookup * cfg.depth, len(cfg.tree) + 1)
         if limit and len(prompt_ids) + room > limit:
             raise ValueError(f"the prompt is {len(prompt_ids)} tokens; with max_new_tokens={cfg.max_new_tokens} and "
                              f"the draft tree it needs {len(prompt_ids) + room}, but the model's context is {limit}"
@@ -256,6 +291,7 @@ class Decoder:
                     new, sources, done = new[: j + 1], sources[: j + 1], True
                     break
             st.produced += len(new)
+            st.history += new
             t3 = self._sync()
             yield self._record(step, cfg, past + 1, pool, kept, dec, new, sources, (t1 - t0, t2 - t1, t3 - t2))
 
@@ -272,7 +308,7 @@ class Decoder:
                                   rank=c.rank, prob=math.exp(c.logp) if i else 1.0,
                                   score=c.score, status=status, expanded=c.expanded,
                                   verdict=dec.verdicts[j] if j is not None else None, target_token=tt,
-                                  target_text=self._text(tt) if tt is not None else None))
+                                  target_text=self._text(tt) if tt is not None else None, source=c.source))
         return StepRecord(step=step, method=cfg.method, prefix_len=prefix_len, nodes=tuple(nodes),
                           accepted=tuple(kept[j] for j in dec.accepted), bonus_token=dec.bonus,
                           new_tokens=tuple(new), new_texts=tuple(self._text(t) for t in new),

@@ -41,6 +41,7 @@ class Node:
     verdict: str | None = None
     target_token: int | None = None  # target's own choice after this node (greedy), if verified
     target_text: str | None = None
+    source: str = "draft"  # who proposed it: "draft" (the head's top-k), "lookup" (prompt lookup only) or "both"
 
 
 @dataclass(frozen=True, slots=True)

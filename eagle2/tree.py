@@ -80,6 +80,7 @@ class Candidate:
     logp: float      # local log-probability under the draft
     score: float     # cumulative log-probability
     expanded: bool = False
+    source: str = "draft"  # who proposed it: "draft", "lookup" (prompt lookup only) or "both"
 
 
 def select_dynamic(pool: list[Candidate], keep: int) -> list[int]:

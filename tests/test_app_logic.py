@@ -159,6 +159,7 @@ def test_sessions_do_not_share_state(finished, bundle):
     ({"tree_choice": "custom", "tree_json": '{"a": 1}'}, "non-empty list of paths"),
     ({"tree_choice": "nope"}, "unknown static tree"),
     ({"preset": "someone/else"}, "unknown model preset"),
+    ({"lookup": "yes"}, "prompt-lookup branch must be true or false"),
 ])
 def test_bad_input_gives_one_message_and_loads_nothing(change, words):
     req = RunRequest(**{**RunRequest(prompt=PROMPT, preset=PRESET).__dict__, **change})
@@ -236,6 +237,16 @@ def test_prompt_longer_than_the_context_is_refused(bundle):
     limit = bundle.target.config.max_position_embeddings
     assert len(updates) == 2 and updates[0].status.startswith("Preparing")  # refused before any decoding
     assert updates[1].error and f"context is {limit}" in updates[1].error and updates[1].session is None
+
+
+def test_prompt_lookup_branch_goes_to_eagle2_only():
+    from app_parts.settings import configs, settings_meta
+
+    req = RunRequest(prompt=PROMPT, preset=PRESET, lookup=True)
+    cfgs = configs(req)
+    assert cfgs["eagle2"].lookup and not cfgs["eagle1"].lookup and not cfgs["vanilla"].lookup
+    assert settings_meta(cfgs, req)["lookup"] is True
+    assert not configs(RunRequest(prompt=PROMPT, preset=PRESET))["eagle2"].lookup  # off by default
 
 
 def test_settings_helpers():

@@ -32,11 +32,11 @@ def references(embedded):
     return refs
 
 
-@pytest.mark.parametrize("method", ["eagle2", "eagle1"])
-def test_greedy_equals_transformers_generate(embedded, references, method):
+@pytest.mark.parametrize("method,lookup", [("eagle2", False), ("eagle1", False), ("eagle2", True)])
+def test_greedy_equals_transformers_generate(embedded, references, method, lookup):
     for text, n in PROMPTS:
         ids, ref = references[text]
-        res = run(embedded, ids, DecodeConfig(method=method, max_new_tokens=n))
+        res = run(embedded, ids, DecodeConfig(method=method, max_new_tokens=n, lookup=lookup))
         assert res.token_ids == ref, text
     eos = embedded.target.generation_config.eos_token_id
     eos = set(eos) if isinstance(eos, list) else {eos}
@@ -75,3 +75,19 @@ def test_partial_utf8_tokens_are_shown_by_their_bytes(embedded):
     assert "".join(shown).count("م") == 1
     res = run(embedded, "Reply with one emoji: 😀", DecodeConfig(method="eagle2", max_new_tokens=6))
     assert not any("\ufffd" in n.text for r in res.records for n in r.nodes)
+
+
+def test_lookup_branch_is_accepted_where_the_answer_copies_the_prompt(embedded):
+    text = "Repeat this sentence exactly: the small red boat drifted slowly past the old stone lighthouse at dawn."
+    ids = encode_prompt(embedded.tokenizer, text)
+    ref = greedy_reference(embedded, ids, 40)
+    plain = run(embedded, ids, DecodeConfig(max_new_tokens=40))
+    looked = run(embedded, ids, DecodeConfig(max_new_tokens=40, lookup=True))
+    assert plain.token_ids == ref and looked.token_ids == ref
+    by_step = [{n.id: n for n in r.nodes} for r in looked.records]
+    accepted_lookup = [by[i] for r, by in zip(looked.records, by_step) for i in r.accepted if by[i].source == "lookup"]
+    assert accepted_lookup  # tokens the draft did not propose, copied from the prompt and accepted by the target
+
+    def tau(res):
+        return len(res.token_ids) / sum(r.target_forwards for r in res.records)
+    assert tau(looked) > tau(plain)

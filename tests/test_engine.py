@@ -8,6 +8,7 @@ import torch
 
 from eagle2.config import DecodeConfig
 from eagle2.engine import Decoder
+from eagle2.lookup import continuation
 from eagle2.records import ACCEPTED, KEPT, PRUNED, REJECTED, ROOT, UNEXPANDED, StepRecord, Trace
 
 PROMPT = [3, 1, 4, 1, 5, 7, 2, 6]
@@ -125,3 +126,41 @@ def test_prompt_longer_than_context_is_refused_with_the_limit(tiny):
         next(dec.run([1] * 500, DecodeConfig(max_new_tokens=16)))
     with pytest.raises(ValueError, match="empty"):
         next(dec.run([], DecodeConfig()))
+
+
+REPEATING = [3, 1, 4, 1, 5, 9, 2, 6, 3, 1, 4, 1, 5]  # its tail occurred before: prompt lookup has a branch to offer
+
+
+def test_prompt_lookup_branch_is_lossless_scored_and_always_verified(tiny):
+    target, head, tok = tiny
+    ref = reference(target, REPEATING, 30)
+    cfg = DecodeConfig(method="eagle2", max_new_tokens=30, total_tokens=6, depth=4, top_k=2, lookup=True)
+    recs = list(Decoder(target, head, tok).run(REPEATING, cfg))
+    assert tokens(recs) == ref
+    lookup_only = 0
+    for i, r in enumerate(recs[1:], start=1):
+        by_id = {n.id: n for n in r.nodes}
+        on_chain = [n for n in r.nodes if n.source in ("lookup", "both")]
+        history = REPEATING + tokens(recs[:i])
+        assert [n.token for n in sorted(on_chain, key=lambda n: n.depth)] == continuation(history, cfg.depth)
+        assert all(n.status == KEPT for n in on_chain)  # always verified, whatever the draft thought of it
+        assert sorted(n.depth for n in on_chain) == list(range(1, len(on_chain) + 1))  # one path from the root
+        for n in on_chain:  # scored by the draft like any other node
+            assert n.score == pytest.approx(by_id[n.parent].score + torch.tensor(n.prob).log().item(), abs=1e-4)
+        kept = [n for n in r.nodes if n.status == KEPT]
+        extra = [n for n in on_chain if n.source == "lookup"]
+        lookup_only += len(extra)
+        assert cfg.total_tokens - 1 <= len(kept) <= cfg.total_tokens - 1 + len(on_chain)
+    assert lookup_only > 0  # some lookup tokens were not among the draft's own top-k
+
+
+def test_lookup_setting_is_validated():
+    with pytest.raises(ValueError, match="lookup"):
+        DecodeConfig(lookup="yes")
+
+
+def test_lookup_continuation_copies_what_followed_the_latest_match():
+    assert continuation([1, 2, 3, 9, 9, 1, 2, 3], 4) == [9, 9, 1, 2]       # longest suffix (1 2 3) first
+    assert continuation([5, 1, 2, 7, 1, 2, 8, 1, 2], 3) == [8, 1, 2]       # the most recent occurrence
+    assert continuation([4, 1, 2, 7, 3, 2], 3) == []                         # one-token matches are not used
+    assert continuation([1, 2, 3], 3) == [] and continuation([], 3) == [] and continuation([1, 2, 1, 2], 0) == []

@@ -22,13 +22,13 @@ V, PROMPT, N = 8, [1, 5, 2], 1500
 CFG = DecodeConfig(method="eagle2", max_new_tokens=3, temperature=1.0, top_p=1.0, total_tokens=8, depth=3, top_k=3)
 
 
-def exact_marginals(target) -> tuple[torch.Tensor, torch.Tensor]:
+def exact_marginals(target, prompt=PROMPT) -> tuple[torch.Tensor, torch.Tensor]:
     """P(t2) and P(t3) under plain sampling from the target, by enumerating t1 and t2."""
     with torch.no_grad():
-        p1 = target_probs(target(torch.tensor([PROMPT])).logits[0, -1:], 1.0, 1.0)[0]
-        seq2 = torch.tensor([PROMPT + [a] for a in range(V)])
+        p1 = target_probs(target(torch.tensor([prompt])).logits[0, -1:], 1.0, 1.0)[0]
+        seq2 = torch.tensor([prompt + [a] for a in range(V)])
         p2 = target_probs(target(seq2).logits[:, -1], 1.0, 1.0)  # (t1, t2)
-        seq3 = torch.tensor([PROMPT + [a, b] for a in range(V) for b in range(V)])
+        seq3 = torch.tensor([prompt + [a, b] for a in range(V) for b in range(V)])
         p3 = target_probs(target(seq3).logits[:, -1], 1.0, 1.0).view(V, V, V)  # (t1, t2, t3)
     joint12 = p1[:, None] * p2
     return joint12.sum(0), (joint12[:, :, None] * p3).sum((0, 1))
@@ -42,13 +42,16 @@ def chi2_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
     return float(torch.special.gammaincc(torch.tensor(df / 2.0), torch.tensor(stat / 2.0)))
 
 
-def sample_counts(target, head) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_counts(target, head, prompt=PROMPT, cfg=CFG, sources=None) -> tuple[torch.Tensor, torch.Tensor]:
     dec = Decoder(target, head, CharTokenizer())
     c2, c3 = torch.zeros(V), torch.zeros(V)
     for seed in range(N):
-        out = [t for r in dec.run(PROMPT, DecodeConfig(**{**CFG.__dict__, "seed": seed})) for t in r.new_tokens]
+        recs = list(dec.run(prompt, DecodeConfig(**{**cfg.__dict__, "seed": seed})))
+        out = [t for r in recs for t in r.new_tokens]
         c2[out[1]] += 1
         c3[out[2]] += 1
+        if sources is not None:
+            sources.update(n.source for r in recs for n in r.nodes)
     return c2, c3
 
 
@@ -84,6 +87,17 @@ def test_the_test_rejects_a_wrong_acceptance_rule(setup, monkeypatch):
     monkeypatch.setattr(engine, "accept_sampling", wrong_rule)
     c2, c3 = sample_counts(target, head)
     assert min(chi2_pvalue(c2, p2), chi2_pvalue(c3, p3)) < 1e-3
+
+
+def test_prompt_lookup_branch_keeps_the_target_distribution(setup):
+    """The lookup branch is one more deterministic proposal per node: the point-mass rule must stay exact."""
+    target, head, _ = setup
+    prompt = [1, 5, 2, 1, 5]  # its suffix [1, 5] occurred before: lookup proposes [2, 1, 5, ...]
+    p2, p3 = exact_marginals(target, prompt)
+    seen: set[str] = set()
+    c2, c3 = sample_counts(target, head, prompt, DecodeConfig(**{**CFG.__dict__, "lookup": True}), seen)
+    assert "lookup" in seen  # the branch really took part
+    assert chi2_pvalue(c2, p2) > 1e-3 and chi2_pvalue(c3, p3) > 1e-3
 
 
 def test_seed_reproducible(setup):

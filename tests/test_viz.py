@@ -275,3 +275,22 @@ def test_viz_imports_no_heavy_libraries():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not {n.split(".")[0] for n in names} & banned, path.name
+
+
+def test_prompt_lookup_nodes_are_marked_and_kept_out_of_the_rank_table():
+    import dataclasses
+
+    rec = make_record()
+    sources = {3: "both", 5: "lookup"}  # a lookup branch " world" -> "!" -> " and"; " and" was not in the top-k
+    nodes = tuple(dataclasses.replace(n, source=sources.get(n.id, "draft")) for n in rec.nodes)
+    rec = dataclasses.replace(rec, nodes=nodes)
+    fig = tree_figure(rec)
+    (ring,) = [t for t in fig.data if t.meta and t.meta.get("overlay") == "lookup"]
+    assert sorted(ring.meta["ids"]) == [3, 5] and ring.name == "prompt-lookup branch"
+    pts = node_points(fig)
+    assert list(zip(ring.x, ring.y)) == [pts[i][:2] for i in ring.meta["ids"]]  # drawn on those very nodes
+    cd = {i: p[4] for i, p in pts.items()}
+    assert cd[5][10] == "prompt lookup only" and cd[3][10] == "the draft and prompt lookup"
+    assert cd[1][10] == "the draft's top-k"
+    assert (3, 0) not in position_table([rec]) and (2, 0) in position_table([rec])
+    assert not [t for t in tree_figure(make_record()).data if t.meta and t.meta.get("overlay")]  # none without

@@ -79,9 +79,11 @@ def calibration_figure(runs: dict[str, list[StepRecord]], bins: int = 10) -> go.
 
 
 def position_table(records: list[StepRecord]) -> dict[tuple[int, int], tuple[int, int]]:
-    """(depth, sibling rank) -> (n decided nodes, accepted)."""
+    """(depth, sibling rank) -> (n decided nodes, accepted); nodes only prompt lookup proposed have no draft rank."""
     table: dict[tuple[int, int], tuple[int, int]] = {}
     for node in _decided(records):
+        if node.source == "lookup":
+            continue
         n, acc = table.get((node.depth, node.rank), (0, 0))
         table[(node.depth, node.rank)] = (n + 1, acc + (node.verdict == ACCEPTED))
     return table

@@ -3,8 +3,9 @@
 The root is the last committed token. Nodes are coloured by the draft's local probability on one
 shared colour axis; the marks say what happened to each: accepted (green ring), rejected by the
 target (red crossed circle), verified but never reached, or pruned / never expanded (faded). The
-target's bonus token hangs below the accepted path as an orange star. Edges come as one line trace
-per class, because dash and colour are per trace in Plotly.
+target's bonus token hangs below the accepted path as an orange star. Nodes on a prompt-lookup branch
+get a purple diamond around them. Edges come as one line trace per class, because dash and colour are
+per trace in Plotly.
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from viz.layout import tidy_layout
 
 _FADED = (PRUNED, UNEXPANDED)
 _BONUS_COLOUR = "#ff7f0e"
+_LOOKUP_COLOUR = "#7b3294"
+_SOURCE = {"draft": "the draft's top-k", "lookup": "prompt lookup only", "both": "the draft and prompt lookup"}
 
 # Node classes in legend order: (legend name, symbol, ring colour, ring width, opacity, text colour).
 _NODE_STYLE: dict[str, tuple[str, str, str, float, float, str]] = {
@@ -40,7 +43,8 @@ _HOVER = (
     "score (cum. log-p) %{customdata[4]:.3f}<br>"
     "depth %{customdata[5]}, sibling rank %{customdata[6]}<br>"
     "status %{customdata[7]}, verdict %{customdata[8]}<br>"
-    "target's next token: %{customdata[9]}"
+    "target's next token: %{customdata[9]}<br>"
+    "proposed by %{customdata[10]}"
     "<extra>node %{customdata[0]}</extra>"
 )
 
@@ -72,7 +76,7 @@ def _customdata(node: Node) -> list:
         shown = label_html(node.target_text, 40) if node.target_text is not None else "?"
         target = f"{shown} ({node.target_token})"
     return [node.id, label_html(node.text, 40), node.token, node.prob, node.score,
-            node.depth, node.rank, node.status, node.verdict or "—", target]
+            node.depth, node.rank, node.status, node.verdict or "—", target, _SOURCE.get(node.source, node.source)]
 
 
 def _edge_trace(cls: str, segments: list[tuple[tuple[float, float], tuple[float, float]]]) -> go.Scatter:
@@ -101,6 +105,16 @@ def _node_trace(cls: str, nodes: list[Node], pos: dict[int, tuple[float, float]]
             line=dict(color=ring, width=ring_w),
         ),
         customdata=[_customdata(n) for n in nodes], hovertemplate=_HOVER,
+    )
+
+
+def _lookup_trace(nodes: list[Node], pos: dict[int, tuple[float, float]]) -> go.Scatter:
+    """A diamond around each node that prompt lookup proposed (alone or with the draft)."""
+    return go.Scatter(
+        x=[pos[n.id][0] for n in nodes], y=[pos[n.id][1] for n in nodes], mode="markers",
+        name="prompt-lookup branch", legendgroup="lookup", meta={"overlay": "lookup", "ids": [n.id for n in nodes]},
+        marker=dict(size=27, symbol="diamond-open", color=_LOOKUP_COLOUR, line=dict(width=2)),
+        hoverinfo="skip",
     )
 
 
@@ -184,6 +198,9 @@ def tree_figure(record: StepRecord, title: str = "", show_pruned: bool = True) -
     for cls, nodes in by_class.items():
         if nodes:
             fig.add_trace(_node_trace(cls, nodes, pos))
+    looked = [n for n in shown if n.source != "draft"]
+    if looked:
+        fig.add_trace(_lookup_trace(looked, pos))
     if bonus is not None:
         fig.add_trace(_bonus_trace(bonus[0], bonus[1], pos[bonus_id]))
 
