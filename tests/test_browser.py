@@ -111,6 +111,28 @@ def test_stop_then_generate_again(page):
     assert page.locator("#tree-eagle2 .js-plotly-plot").count() == 1
 
 
+def test_prompt_lookup_branch_is_drawn_when_ticked(page):
+    box = page.locator("#lookup input[type=checkbox]")
+    box.check()
+    try:
+        _generate(page, "Repeat this sentence exactly: the small red boat drifted past the old lighthouse.", 16,
+                  plain=False)
+        _wait_status(page, "Done.")
+        last = int(page.locator("#step-eagle2 input[type=range]").get_attribute("max"))
+        drawn = []
+        for step in range(1, last + 1):  # scrub until a step whose tree carries the branch
+            _set_number(page, "step-eagle2", step)
+            page.wait_for_function("s => (document.querySelector('#tree-eagle2 .gtitle')?.textContent || '')"
+                                   ".includes(`step ${s}:`)", arg=step)
+            if "prompt-lookup branch" in page.locator("#tree-eagle2 .legendtext").all_text_contents():
+                drawn.append(step)
+                break
+        assert drawn, "no EAGLE-2 step drew the prompt-lookup branch"
+        assert "prompt-lookup branch" not in page.locator("#tree-eagle1 .legendtext").all_text_contents()
+    finally:
+        box.uncheck()
+
+
 def test_three_sessions_queue_and_keep_their_own_runs(page, embedded, monkeypatch):
     """Three isolated browser sessions press Generate together: the decodes run one at a time on the shared
     model, and each page ends with exactly its own prompt's text and trees, also after scrubbing."""
