@@ -98,6 +98,10 @@ def metrics_markdown(session: Session) -> str:
             "of the same prompt in the same run.")
     if "vanilla" not in runs:
         note += " Plain decoding has not run (yet), so there is no speedup."
+    for r in rows:
+        if r["lookup_accepted"]:
+            note += (f" {LABELS[r['method']]} accepted {r['lookup_accepted']} tokens that only its prompt-lookup "
+                     "branch proposed.")
     return "\n".join(lines) + "\n\n" + note
 
 

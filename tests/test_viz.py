@@ -294,3 +294,9 @@ def test_prompt_lookup_nodes_are_marked_and_kept_out_of_the_rank_table():
     assert cd[1][10] == "the draft's top-k"
     assert (3, 0) not in position_table([rec]) and (2, 0) in position_table([rec])
     assert not [t for t in tree_figure(make_record()).data if t.meta and t.meta.get("overlay")]  # none without
+    # Accepted path is 1 -> 3; node 3 was proposed by both, so no token came from lookup alone ...
+    assert metrics_rows({"eagle2": [rec]})[0]["lookup_accepted"] == 0
+    # ... until a lookup-only node is on the accepted path.
+    only = dataclasses.replace(rec, nodes=tuple(dataclasses.replace(n, source="lookup") if n.id == 3 else n
+                                                for n in rec.nodes))
+    assert metrics_rows({"eagle2": [only, only]})[0]["lookup_accepted"] == 2

@@ -154,8 +154,18 @@ def accept_length_figure(runs: dict[str, list[StepRecord]]) -> go.Figure:
     return fig
 
 
+def lookup_accepted(records: list[StepRecord]) -> int:
+    """Accepted tokens that only the prompt-lookup branch proposed (the draft's top-k did not have them)."""
+    total = 0
+    for r in records:
+        source = {n.id: n.source for n in r.nodes}
+        total += sum(source.get(i) == "lookup" for i in r.accepted)
+    return total
+
+
 def metrics_rows(runs: dict[str, list[StepRecord]], vanilla_tokens_per_s: float | None = None) -> list[dict]:
-    """Per method: tokens, target forwards, tau, time from the phase timings, tokens/s, speedup."""
+    """Per method: tokens, target forwards, tau, time from the phase timings, tokens/s, speedup, and accepted
+    tokens only the prompt-lookup branch proposed."""
     rows = []
     for method, recs in runs.items():
         # Time is the sum of measured phases, prefill included, so methods compare like for like.
@@ -167,6 +177,6 @@ def metrics_rows(runs: dict[str, list[StepRecord]], vanilla_tokens_per_s: float 
         rows.append({
             "method": method, "tokens": s.new_tokens, "target_forwards": s.target_forwards,
             "mean_accept_length": s.mean_accept_length, "time_s": wall_s,
-            "tokens_per_s": s.tokens_per_s, "speedup": speedup,
+            "tokens_per_s": s.tokens_per_s, "speedup": speedup, "lookup_accepted": lookup_accepted(recs),
         })
     return rows
