@@ -172,14 +172,15 @@ def _on_export(session: Session) -> str | None:
     return path
 
 
-def _on_tree(choice: str, tree_json: str, total: float) -> tuple:
+def _on_tree(choice: str, tree_json: str, total: float, lookup: bool = False, depth: float = 0) -> tuple:
     """Show the JSON box for 'custom'; match EAGLE-2's budget to the chosen static tree."""
     try:
         n = len(static_tree(choice, tree_json)) + 1
         total = min(max(n, LIMITS["total_tokens"][0]), LIMITS["total_tokens"][1])
     except ValueError:
         pass
-    return gr.update(visible=choice == "custom"), gr.update(value=total), budget_markdown(total, choice, tree_json)
+    return (gr.update(visible=choice == "custom"), gr.update(value=total),
+            budget_markdown(total, choice, tree_json, lookup, depth))
 
 
 def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
@@ -209,11 +210,12 @@ def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     ui.export_btn.click(_on_export, ui.state, ui.trace_out, api_name="export_trace")
     ui.trace_in.upload(lambda path, p: _show(actions.load_trace(path, p)), [ui.trace_in, ui.show_pruned], outputs,
                        api_name="load_trace")
-    tree_io = ([ui.tree_dd, ui.tree_json, ui.total], [ui.tree_json, ui.total, ui.budget])
+    tree_io = ([ui.tree_dd, ui.tree_json, ui.total, ui.lookup, ui.depth], [ui.tree_json, ui.total, ui.budget])
     ui.tree_dd.change(_on_tree, *tree_io, api_name=False)
     ui.tree_json.blur(_on_tree, *tree_io, api_name=False)
-    ui.total.change(budget_markdown, [ui.total, ui.tree_dd, ui.tree_json], ui.budget, api_name=False,
-                    show_progress="hidden")
+    for w in (ui.total, ui.lookup, ui.depth):
+        w.change(budget_markdown, [ui.total, ui.tree_dd, ui.tree_json, ui.lookup, ui.depth], ui.budget,
+                 api_name=False, show_progress="hidden")
     for w in (ui.depth, ui.top_k, ui.total):
         w.change(sglang_flags, [ui.depth, ui.top_k, ui.total], ui.flags, api_name=False, show_progress="hidden")
     def describe(name: str) -> str:

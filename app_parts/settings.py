@@ -93,7 +93,8 @@ def configs(req: RunRequest) -> dict[str, DecodeConfig]:
             for m in ("eagle2", "eagle1", "vanilla")}
 
 
-def budget_markdown(total_tokens: object, tree_choice: str, tree_json: str) -> str:
+def budget_markdown(total_tokens: object, tree_choice: str, tree_json: str, lookup: bool = False,
+                    depth: object = 0) -> str:
     """Verified nodes per step for each tree (root included), and whether the budgets match."""
     try:
         static = len(static_tree(tree_choice, tree_json)) + 1
@@ -107,6 +108,9 @@ def budget_markdown(total_tokens: object, tree_choice: str, tree_json: str) -> s
             f"({static - 1} tree nodes + root).")
     if dynamic != static:
         line += " ⚠ The budgets differ, so the comparison is not like for like."
+    if lookup:
+        line += (f" With the prompt-lookup branch, EAGLE-2 verifies up to {depth} more nodes on steps where the text"
+                 " so far offers a match, so it gets more nodes than EAGLE-1 there.")
     return line
 
 
