@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle2.config import METHODS
-from eagle2.records import StepRecord, Trace
+from eagle2.records import SOURCES, StepRecord, Trace
 
 TREE_METHODS = ("eagle2", "eagle1")
 MAX_TRACE_BYTES = 200 * 1024 * 1024
@@ -95,7 +95,7 @@ def _check_record(method: str, i: int, r: StepRecord) -> None:
             _fail(where, f"node {j} has a field of the wrong type")
         if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (n.prob, n.score)):
             _fail(where, f"node {j} has a non-numeric probability or score")
-        if n.source not in ("draft", "lookup", "both"):
+        if n.source not in SOURCES:
             _fail(where, f"node {j} has an unknown source {n.source!r}")
     if any(not isinstance(a, int) or not 0 < a < len(r.nodes) for a in r.accepted):
         _fail(where, "an accepted node id is not in the tree")

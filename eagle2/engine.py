@@ -185,7 +185,7 @@ class Decoder:
         scored by the draft like any other node, it is expanded with its level, and it is always verified."""
         chain = continuation(st.history, cfg.depth) if cfg.lookup else []
         frontier = self._root_children(st, pool, feats, cfg.top_k, chain[0] if chain else None)
-        on_chain = [i for i in frontier if chain and pool[i].token == chain[0]][:1]
+        on_chain = [i for i in frontier if pool[i].source != "draft"]  # one node per level, or none
         for d in range(1, cfg.depth):
             nodes = sorted(frontier, key=lambda i: -pool[i].score)[:cfg.top_k]  # best by cumulative score
             extra = {}
@@ -193,7 +193,7 @@ class Decoder:
                 nodes = nodes if on_chain[-1] in nodes else nodes + [on_chain[-1]]
                 extra = {on_chain[-1]: chain[d]}
             frontier = self._expand(st, pool, feats, drafted, nodes, cfg.top_k, extra)
-            on_chain += [i for i in frontier if extra and pool[i].parent == on_chain[-1] and pool[i].token == chain[d]]
+            on_chain += [i for i in frontier if pool[i].source != "draft"]
         kept = select_dynamic(pool, cfg.total_tokens - 1)
         return [0] + sorted(set(kept[1:]) | set(on_chain), key=lambda i: (pool[i].depth, i))
 

@@ -18,6 +18,9 @@ KEPT = "kept"              # drafted and sent to the target for verification
 PRUNED = "pruned"          # drafted and expanded, then dropped at the final rerank
 UNEXPANDED = "unexpanded"  # drafted, never expanded, dropped at the final rerank
 
+# Node.source values: who proposed the node.
+SOURCES = ("draft", "lookup", "both")  # the draft's top-k, prompt lookup only, or both
+
 # Node.verdict values (only for ROOT and KEPT nodes; None otherwise).
 ACCEPTED = "accepted"      # on the accepted path
 REJECTED = "rejected"      # parent accepted, this token was not

@@ -156,11 +156,7 @@ def accept_length_figure(runs: dict[str, list[StepRecord]]) -> go.Figure:
 
 def lookup_accepted(records: list[StepRecord]) -> int:
     """Accepted tokens that only the prompt-lookup branch proposed (the draft's top-k did not have them)."""
-    total = 0
-    for r in records:
-        source = {n.id: n.source for n in r.nodes}
-        total += sum(source.get(i) == "lookup" for i in r.accepted)
-    return total
+    return sum(r.nodes[i].source == "lookup" for r in records for i in r.accepted)  # node id == its index
 
 
 def metrics_rows(runs: dict[str, list[StepRecord]], vanilla_tokens_per_s: float | None = None) -> list[dict]:
