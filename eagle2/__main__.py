@@ -20,6 +20,8 @@ def _decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="embedded", help="'embedded', a hub id or a local directory")
     p.add_argument("--head", default=None, help="draft head directory (official EAGLE layout)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--kernels", default="auto", choices=("auto", "onednn", "torch"),
+                   help="CPU float32 matmuls: prepacked oneDNN (auto: where it applies) or PyTorch's default")
     p.add_argument("--raw", action="store_true", help="do not apply the chat template")
 
 
@@ -40,7 +42,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
     if not args.prompt.strip():
         raise ValueError("the prompt is empty")
     cfg = config_from(args, args.method)
-    bundle = load(args.model, args.head, args.device)
+    bundle = load(args.model, args.head, args.device, args.kernels)
     res = run(bundle, args.prompt, cfg, raw=args.raw)
     if args.json:
         out = res.to_json()

@@ -120,7 +120,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
         raise ValueError(f"no prompts in {args.prompts}")
     if args.temperature != 0.0 and any(m in PEERS for m in methods):
         raise ValueError("hf_greedy and hf_lookup are greedy baselines: use --temperature 0")
-    bundle = load(args.model, args.head, args.device)
+    bundle = load(args.model, args.head, args.device, args.kernels)
     print(bundle.describe(), file=sys.stderr)
     if args.sweep:
         from .sweep import run_sweep, write_plots

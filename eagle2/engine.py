@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from . import kernels
 from .config import DecodeConfig
 from .lookup import continuation
 from .records import KEPT, PRUNED, ROOT, UNEXPANDED, Node, StepRecord
@@ -78,6 +79,8 @@ class Decoder:
         w = self.lm_head.weight
         self.draft_w = w if self.draft_ids is None else w.index_select(0, self.draft_ids)  # (M, H)
         self.draft_col = {} if self.draft_ids is None else {t: j for j, t in enumerate(self.draft_ids.tolist())}
+        # With oneDNN kernels (eagle2/kernels.py) the draft's rows are packed once as well.
+        self.draft_packed = kernels.pack(self.draft_w) if kernels.patched(self.lm_head) else None
 
     # ---- helpers -------------------------------------------------------------------------------
     def _text(self, token: int) -> str:
@@ -110,7 +113,9 @@ class Decoder:
         mask = additive_mask(visible, st.head_len, self.dtype).to(self.device)
         out = self.head(torch.tensor([tokens], device=self.device), feats, mask,
                         torch.tensor([positions], device=self.device), st.head_cache)[0]  # (Q, H)
-        return torch.log_softmax(torch.nn.functional.linear(out, self.draft_w).float(), dim=-1), out
+        logits = (torch.nn.functional.linear(out, self.draft_w) if self.draft_packed is None
+                  else kernels.packed_linear(out, self.draft_packed, None))
+        return torch.log_softmax(logits.float(), dim=-1), out
 
     def _draft_topk(self, logp: torch.Tensor, k: int) -> tuple[list, list]:
         """Top-k draft tokens (vocabulary ids) and log-probs, as Python lists: one host transfer."""

@@ -91,12 +91,14 @@ class Bundle:
     dtype: torch.dtype
     model_name: str
     head_name: str
+    kernels: str = "torch"
+
 
     def describe(self) -> str:
         vocab = getattr(self.head, "draft_vocab", None)
         drafts = "" if vocab is None else f" (drafts over its {len(vocab):,} most frequent tokens)"
         return (f"model {self.model_name} | head {self.head_name}{drafts} | "
-                f"{self.device.type} {str(self.dtype).removeprefix('torch.')}")
+                f"{self.device.type} {str(self.dtype).removeprefix('torch.')} | {self.kernels} matmuls")
 
 
 def load_target(model: str, device: torch.device, dtype: torch.dtype):
@@ -139,15 +141,30 @@ def resolve_head(head: str) -> str:
                            f"did not provide it ({type(e).__name__}: {e})") from None
 
 
-def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto") -> Bundle:
-    """Load target + head. `head=None` takes the shipped head for the embedded model, else a random one."""
+KERNELS = ("auto", "onednn", "torch")
+
+
+def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", kernels: str = "auto") -> Bundle:
+    """Load target + head. `head=None` takes the shipped head for the embedded model, else a random one.
+    `kernels`: `onednn` runs every float32 CPU linear layer of both through prepacked oneDNN matmuls
+    (eagle2/kernels.py), `torch` keeps PyTorch's default; `auto` means onednn where it applies."""
+    from . import kernels as k
     from .head import load_head, new_head
 
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels must be one of {', '.join(KERNELS)}, not {kernels!r}")
     dev, dtype = pick_device(device)
     target, tok = load_target(model, dev, dtype)
     if head is None and model == EMBEDDED and (DEFAULT_HEAD / "config.json").exists():
         head = str(DEFAULT_HEAD)
     h = load_head(resolve_head(head), target) if head else new_head(target)
+    used = "torch"
+    if kernels != "torch" and k.available(target.get_output_embeddings().weight):
+        k.use_onednn(target)
+        k.use_onednn(h)
+        used = "onednn"
+    elif kernels == "onednn":
+        raise ValueError("kernels=onednn needs float32 weights on a CPU with oneDNN; use kernels=torch")
     return Bundle(target=target, tokenizer=tok, head=h, device=dev, dtype=dtype,
                   model_name=("SmolLM2-135M-Instruct (embedded GGUF)" if model == EMBEDDED else model),
-                  head_name=getattr(h, "source", str(head)))
+                  head_name=getattr(h, "source", str(head)), kernels=used)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from eagle2 import kernels
 from eagle2.api import run
 from eagle2.config import DecodeConfig
 from eagle2.engine import encode_prompt
@@ -18,8 +19,10 @@ PROMPTS = [
 
 
 def greedy_reference(bundle, ids, n):
+    """transformers' greedy generate with PyTorch's default kernels (the bundle may run oneDNN ones)."""
     x = torch.tensor([ids])
-    out = bundle.target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False)
+    with kernels.stock(bundle.target):
+        out = bundle.target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False)
     return out[0, len(ids):].tolist()
 
 

@@ -1,0 +1,75 @@
+"""CPU matmuls through oneDNN with prepacked weights, for inference.
+
+On CPUs where PyTorch's default float32 BLAS is slow for the shapes decoding uses (one row, or the few
+dozen rows of a verified tree), oneDNN with weights reordered once into its blocked layout is much faster;
+see README (Performance) for the measured ratios. The result is the same float32 product up to rounding
+order, as with any other kernel. Every user of the patched model (our methods and transformers' own
+`generate` in the bench) runs the same kernels, so comparisons stay fair.
+
+Only inference is patched: when autograd is recording, the original `nn.Linear.forward` runs.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+ROWS_HINT = 32  # oneDNN picks its blocked layout for about this many rows; any row count works
+
+
+def available(weight: torch.Tensor) -> bool:
+    """oneDNN's packed linear applies to float32 weights on the CPU."""
+    ops = torch.ops.mkldnn
+    return (weight.device.type == "cpu" and weight.dtype == torch.float32 and torch.backends.mkldnn.is_available()
+            and hasattr(ops, "_reorder_linear_weight") and hasattr(ops, "_linear_pointwise"))
+
+
+def pack(weight: torch.Tensor) -> torch.Tensor:
+    """(out, in) float32 weight -> oneDNN's blocked copy of it."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT)
+
+
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+def _patched(module: torch.nn.Linear, packed: torch.Tensor):
+    original = module.forward
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() and (x.requires_grad or module.weight.requires_grad):
+            return original(x)
+        return packed_linear(x, packed, module.bias)
+
+    forward.eagle2_original = original
+    return forward
+
+
+def patched(module: torch.nn.Module) -> bool:
+    """Whether `module` (an nn.Linear) runs through a packed oneDNN kernel."""
+    return hasattr(module.forward, "eagle2_original")
+
+
+def use_onednn(model: torch.nn.Module) -> int:
+    """Route every float32 CPU nn.Linear of `model` through a prepacked oneDNN kernel; returns how many.
+    Packing keeps a second copy of each weight (about the model's size again). Calling twice is harmless."""
+    n = 0
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear) and available(m.weight) and not patched(m):
+            m.forward = _patched(m, pack(m.weight))
+            n += 1
+    return n
+
+
+@contextlib.contextmanager
+def stock(model: torch.nn.Module) -> Iterator[None]:
+    """Run `model` with PyTorch's default kernels inside the block (e.g. for a reference decode)."""
+    saved = {m: m.forward for m in model.modules() if isinstance(m, torch.nn.Linear) and patched(m)}
+    for m, f in saved.items():
+        m.forward = f.eagle2_original
+    try:
+        yield
+    finally:
+        for m, f in saved.items():
+            m.forward = f
