@@ -109,8 +109,8 @@ def budget_markdown(total_tokens: object, tree_choice: str, tree_json: str, look
     if dynamic != static:
         line += " ⚠ The budgets differ, so the comparison is not like for like."
     if lookup:
-        line += (f" With the prompt-lookup branch, EAGLE-2 verifies up to {depth} more nodes on steps where the text"
-                 " so far offers a match, so it gets more nodes than EAGLE-1 there.")
+        line += (f" The prompt-lookup branch (up to {depth} tokens, on steps where the text so far offers a match)"
+                 " fits inside EAGLE-2's budget: it takes the places of the weakest drafted nodes.")
     return line
 
 

@@ -187,7 +187,8 @@ class Decoder:
                       cfg: DecodeConfig) -> list[int]:
         """EAGLE-2: expand the top_k most confident nodes per level, then keep the best total_tokens - 1 overall.
         With `cfg.lookup`, a prompt-lookup continuation rides along as one more branch: each of its tokens is
-        scored by the draft like any other node, it is expanded with its level, and it is always verified."""
+        scored by the draft like any other node, it is expanded with its level, and it is always verified,
+        inside the same budget (it takes the places of the weakest drafted nodes)."""
         chain = continuation(st.history, cfg.depth) if cfg.lookup else []
         frontier = self._root_children(st, pool, feats, cfg.top_k, chain[0] if chain else None)
         on_chain = [i for i in frontier if pool[i].source != "draft"]  # one node per level, or none
@@ -199,8 +200,7 @@ class Decoder:
                 extra = {on_chain[-1]: chain[d]}
             frontier = self._expand(st, pool, feats, drafted, nodes, cfg.top_k, extra)
             on_chain += [i for i in frontier if pool[i].source != "draft"]
-        kept = select_dynamic(pool, cfg.total_tokens - 1)
-        return [0] + sorted(set(kept[1:]) | set(on_chain), key=lambda i: (pool[i].depth, i))
+        return select_dynamic(pool, cfg.total_tokens - 1, forced=on_chain)
 
     def draft_tree(self, st: _State, cfg: DecodeConfig) -> tuple[list[Candidate], list[int]]:
         """Grow the draft tree; returns the whole candidate pool and the kept indices (root first)."""
@@ -256,7 +256,7 @@ class Decoder:
         if not prompt_ids:
             raise ValueError("the prompt is empty")
         limit = getattr(self.target.config, "max_position_embeddings", None)
-        room = cfg.max_new_tokens + max(cfg.total_tokens + cfg.lookup * cfg.depth, len(cfg.tree) + 1)
+        room = cfg.max_new_tokens + max(cfg.total_tokens, len(cfg.tree) + 1)
         if limit and len(prompt_ids) + room > limit:
             raise ValueError(f"the prompt is {len(prompt_ids)} tokens; with max_new_tokens={cfg.max_new_tokens} and "
                              f"the draft tree it needs {len(prompt_ids) + room}, but the model's context is {limit}"
