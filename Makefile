@@ -23,7 +23,7 @@ test: $(STAMP)
 	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q tests
 
 bench: $(STAMP)
-	$(BIN)/python -m eagle2 bench --prompts ../shared/data/mt_bench.jsonl --limit 10 --methods hf_greedy,hf_lookup,vanilla,eagle1,eagle2 --json bench.json
+	$(BIN)/python -m eagle2 bench --prompts ../shared/data/mt_bench.jsonl --limit 10 --methods hf_greedy,hf_lookup,vanilla,eagle1,eagle2,eagle2_lookup --json bench.json
 
 clean:
 	rm -rf $(VENV)

@@ -2,7 +2,7 @@
 
 On CPUs where PyTorch's default float32 BLAS is slow for the shapes decoding uses (one row, or the few
 dozen rows of a verified tree), oneDNN with weights reordered once into its blocked layout is much faster;
-see README (Performance) for the measured ratios. The result is the same float32 product up to rounding
+see README (How it works) for the measured times. The result is the same float32 product up to rounding
 order, as with any other kernel. Every user of the patched model (our methods and transformers' own
 `generate` in the bench) runs the same kernels, so comparisons stay fair.
 

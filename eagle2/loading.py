@@ -91,8 +91,7 @@ class Bundle:
     dtype: torch.dtype
     model_name: str
     head_name: str
-    kernels: str = "torch"
-
+    kernels: str = "torch"  # matmuls in use: "onednn" (eagle2/kernels.py) or "torch"
 
     def describe(self) -> str:
         vocab = getattr(self.head, "draft_vocab", None)
