@@ -53,13 +53,20 @@ def patched(module: torch.nn.Module) -> bool:
 
 def use_onednn(model: torch.nn.Module) -> int:
     """Route every float32 CPU nn.Linear of `model` through a prepacked oneDNN kernel; returns how many.
-    Packing keeps a second copy of each weight (about the model's size again). Calling twice is harmless."""
-    n = 0
+    All weights are packed before any layer is switched, so a failure (a RuntimeError from oneDNN) leaves
+    the model untouched. Packing keeps a second copy of each weight. Calling twice is harmless."""
+    todo = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and available(m.weight) and not patched(m)]
+    packed = [pack(m.weight) for m in todo]
+    for m, p in zip(todo, packed):
+        m.forward = _patched(m, p)
+    return len(todo)
+
+
+def restore(model: torch.nn.Module) -> None:
+    """Put PyTorch's own kernels back in every patched layer of `model`, for good."""
     for m in model.modules():
-        if isinstance(m, torch.nn.Linear) and available(m.weight) and not patched(m):
-            m.forward = _patched(m, pack(m.weight))
-            n += 1
-    return n
+        if isinstance(m, torch.nn.Linear) and patched(m):
+            m.forward = m.forward.eagle2_original
 
 
 @contextlib.contextmanager

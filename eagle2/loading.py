@@ -159,9 +159,15 @@ def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", k
     h = load_head(resolve_head(head), target) if head else new_head(target)
     used = "torch"
     if kernels != "torch" and k.available(target.get_output_embeddings().weight):
-        k.use_onednn(target)
-        k.use_onednn(h)
-        used = "onednn"
+        try:
+            k.use_onednn(target)
+            k.use_onednn(h)
+            used = "onednn"
+        except RuntimeError as e:  # a oneDNN build that cannot pack these weights: keep PyTorch's kernels
+            k.restore(target)
+            k.restore(h)
+            if kernels == "onednn":
+                raise ValueError(f"kernels=onednn: oneDNN could not pack the weights ({_first_line(e)})") from None
     elif kernels == "onednn":
         raise ValueError("kernels=onednn needs float32 weights on a CPU with oneDNN; use kernels=torch")
     return Bundle(target=target, tokenizer=tok, head=h, device=dev, dtype=dtype,

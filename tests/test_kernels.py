@@ -52,3 +52,28 @@ def test_load_rejects_unknown_kernels():
 
     with pytest.raises(ValueError, match="kernels must be one of"):
         load("embedded", kernels="fast")
+
+
+def test_a_packing_failure_leaves_the_model_on_its_own_kernels(monkeypatch):
+    target = tiny_target()
+    x = torch.arange(6)[None]
+    with torch.inference_mode():
+        before = target(x).logits
+    calls = []
+
+    def flaky(w):
+        calls.append(w.shape)
+        if len(calls) == 3:
+            raise RuntimeError("oneDNN: unsupported")
+        return torch.ops.mkldnn._reorder_linear_weight(w, kernels.ROWS_HINT)
+
+    monkeypatch.setattr(kernels, "pack", flaky)
+    with pytest.raises(RuntimeError, match="unsupported"):
+        kernels.use_onednn(target)
+    assert not any(kernels.patched(m) for m in target.modules())  # nothing half-switched
+    monkeypatch.undo()
+    assert kernels.use_onednn(target) > 0
+    kernels.restore(target)
+    assert not any(kernels.patched(m) for m in target.modules())
+    with torch.inference_mode():
+        assert torch.equal(target(x).logits, before)
