@@ -28,7 +28,12 @@ class RunResult:
 
 
 def decoder_for(bundle: Bundle) -> Decoder:
-    return Decoder(bundle.target, bundle.head, bundle.tokenizer)
+    """The bundle's decoder, built on first use and kept: building it gathers (and, with oneDNN kernels, packs)
+    the draft's lm_head rows, which need not be redone for every run. A decoder holds no per-run state."""
+    dec = getattr(bundle, "_decoder", None)
+    if dec is None:
+        dec = bundle._decoder = Decoder(bundle.target, bundle.head, bundle.tokenizer)
+    return dec
 
 
 def stream(bundle: Bundle, prompt_ids: list[int], cfg: DecodeConfig,

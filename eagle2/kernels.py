@@ -65,16 +65,15 @@ def use_onednn(model: torch.nn.Module) -> int:
 def restore(model: torch.nn.Module) -> None:
     """Put PyTorch's own kernels back in every patched layer of `model`, for good."""
     for m in model.modules():
-        if isinstance(m, torch.nn.Linear) and patched(m):
+        if patched(m):
             m.forward = m.forward.eagle2_original
 
 
 @contextlib.contextmanager
 def stock(model: torch.nn.Module) -> Iterator[None]:
     """Run `model` with PyTorch's default kernels inside the block (e.g. for a reference decode)."""
-    saved = {m: m.forward for m in model.modules() if isinstance(m, torch.nn.Linear) and patched(m)}
-    for m, f in saved.items():
-        m.forward = f.eagle2_original
+    saved = {m: m.forward for m in model.modules() if patched(m)}
+    restore(model)
     try:
         yield
     finally:
