@@ -1,5 +1,6 @@
-"""Command line for draft-head training: `train generate`, `train fit`, `train evaluate`, `train export`.
+"""Command line for draft-head training: `train instructions`, `generate`, `fit`, `evaluate`, `export`.
 
+    python -m eagle2 train instructions --count 2000 --exclude mt_bench.jsonl --out /data/own_prompts.jsonl
     python -m eagle2 train generate --prompts alpaca.json --out /data/selfdistill
     python -m eagle2 train fit --data /data/selfdistill --out /data/ckpt --epochs 2
     python -m eagle2 train evaluate --data /data/selfdistill --ckpt /data/ckpt
@@ -46,6 +47,18 @@ def cmd_generate(args: argparse.Namespace) -> None:
     manifest = generate_dataset(target, tok, rows, args.out, cfg)
     total = sum(v["response_tokens"] for v in manifest["shards"].values())
     print(f"{len(manifest['shards'])} shards, {total} response tokens in {args.out}")
+
+
+def cmd_instructions(args: argparse.Namespace) -> None:
+    """The target writes new user prompts (jsonl) that share no long word sequence with --exclude files."""
+    from .data import read_prompts
+    from .instructions import write_instructions
+
+    target, tok = _load_target(args)
+    exclude = [p for f in args.exclude for p in read_prompts(f)]
+    n = write_instructions(target, tok, args.out, args.count, exclude, temperature=args.temperature,
+                           max_tokens=args.max_tokens, batch_size=args.batch_size, seed=args.seed)
+    print(f"{n} prompts in {args.out}")
 
 
 def _train_config(args: argparse.Namespace):
@@ -141,6 +154,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--probe", default="", help="comma-separated batch sizes: measure throughput and exit")
     g.set_defaults(func=cmd_generate)
+
+    s = sub.add_parser("instructions", parents=[common],
+                       help="the target writes new prompts (Magpie's pre-query trick) for `generate`")
+    s.add_argument("--out", required=True, help="jsonl file to append to (outside git; a rerun resumes)")
+    s.add_argument("--count", type=int, required=True, help="how many prompts the file should hold")
+    s.add_argument("--exclude", nargs="*", default=[],
+                   help="prompt files (e.g. the evaluation prompts) whose 6-word sequences a new prompt may not share")
+    s.add_argument("--temperature", type=float, default=0.9)
+    s.add_argument("--max-tokens", type=int, default=96, help="longer requests are dropped as cut off")
+    s.add_argument("--batch-size", type=int, default=64)
+    s.add_argument("--seed", type=int, default=0)
+    s.set_defaults(func=cmd_instructions)
 
     for name, fn, helptext in (("fit", cmd_fit, "train the head"), ("evaluate", cmd_evaluate, "held-out agreement"),
                                ("export", cmd_export, "save the head in the official layout")):
