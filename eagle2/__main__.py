@@ -8,12 +8,39 @@ import sys
 from .config import DecodeConfig, parse_tree
 
 
+def _size(text: str) -> int | str:
+    """--total-tokens: a whole number or 'auto'."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or 'auto', not {text!r}") from None
+
+
+def resolve_auto(args: argparse.Namespace, bundle) -> None:
+    """With --total-tokens auto: tune EAGLE-2's nodes and depth on this machine (a warm-up on the shipped
+    examples, about a minute on 2 CPU cores) and put the choice into args."""
+    if args.total_tokens != "auto":
+        return
+    from .api import decoder_for
+    from .autotune import describe, tune, warmup_prompts, warmup_texts
+
+    base = DecodeConfig(top_k=args.top_k, max_new_tokens=args.max_new_tokens)
+    best, options = tune(decoder_for(bundle), warmup_prompts(bundle.tokenizer, warmup_texts()), base,
+                         progress=lambda m: print(m, file=sys.stderr))
+    print(describe(best, options), file=sys.stderr)
+    args.total_tokens, args.depth = best.total_tokens, best.depth
+    args.tuned = [o.to_dict() for o in options]
+
+
 def _decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--total-tokens", type=int, default=DecodeConfig.total_tokens)
+    p.add_argument("--total-tokens", type=_size, default=DecodeConfig.total_tokens,
+                   help="EAGLE-2 verified nodes per step, or 'auto': choose nodes and depth by timing this machine")
     p.add_argument("--depth", type=int, default=DecodeConfig.depth)
     p.add_argument("--top-k", type=int, default=DecodeConfig.top_k)
     p.add_argument("--tree", default="mc_sim_7b_63", help="static tree preset name or JSON list of paths")
@@ -41,8 +68,14 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
     if not args.prompt.strip():
         raise ValueError("the prompt is empty")
-    cfg = config_from(args, args.method)
+    auto = args.total_tokens == "auto"
+    # settings are checked before the model loads (with auto, against the default size until tuned)
+    cfg = config_from(argparse.Namespace(**{**vars(args), "total_tokens": DecodeConfig.total_tokens}) if auto
+                      else args, args.method)
     bundle = load(args.model, args.head, args.device, args.kernels)
+    if auto:
+        resolve_auto(args, bundle)
+        cfg = config_from(args, args.method)
     res = run(bundle, args.prompt, cfg, raw=args.raw)
     if args.json:
         out = res.to_json()

@@ -108,7 +108,7 @@ def format_table(res: dict) -> str:
 def cmd_bench(args: argparse.Namespace) -> None:
     import sys
 
-    from .__main__ import config_from
+    from .__main__ import config_from, resolve_auto
     from .loading import load
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -120,8 +120,12 @@ def cmd_bench(args: argparse.Namespace) -> None:
         raise ValueError(f"no prompts in {args.prompts}")
     if args.temperature != 0.0 and any(m in PEERS for m in methods):
         raise ValueError("hf_greedy and hf_lookup are greedy baselines: use --temperature 0")
+    if args.total_tokens == "auto" and args.sweep:
+        raise ValueError("--sweep tries many sizes itself: give --total-tokens a number")
     bundle = load(args.model, args.head, args.device, args.kernels)
     print(bundle.describe(), file=sys.stderr)
+    if args.total_tokens == "auto":
+        resolve_auto(args, bundle)
     if args.sweep:
         from .sweep import run_sweep, write_plots
 

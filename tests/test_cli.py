@@ -45,3 +45,28 @@ def test_bench_writes_the_json_contract(tmp_path, capsys):
             assert r[key] is not None and r[key] > 0
     assert res["methods"]["vanilla"]["mean_accept_length"] == 1.0
     assert "eagle2" in capsys.readouterr().out
+
+
+def test_bench_total_tokens_auto_tunes_then_measures(tmp_path, capsys, monkeypatch):
+    from eagle2 import autotune
+
+    monkeypatch.setattr(autotune, "SIZES", (4, 8, 16))  # a smaller grid than the real one, to keep the test short
+    monkeypatch.setattr(autotune, "DEPTHS", (2, 4))
+    monkeypatch.setattr(autotune, "WARMUP_TOKENS", 16)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Name three rivers."}) + "\n")
+    out = tmp_path / "res.json"
+    assert main(["bench", "--prompts", str(prompts), "--methods", "vanilla,eagle2", "--max-new-tokens", "12",
+                 "--total-tokens", "auto", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    chosen = res["settings"]
+    assert isinstance(chosen["total_tokens"], int) and isinstance(chosen["depth"], int)
+    assert len(chosen["tuned"]) == 6
+    best = max(chosen["tuned"], key=lambda o: o["tokens_per_s"])
+    assert (best["total_tokens"], best["depth"]) == (chosen["total_tokens"], chosen["depth"])
+    assert res["methods"]["eagle2"]["matches_vanilla"] == 1.0
+    assert "tuned for this machine" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["bench", "--prompts", str(prompts), "--total-tokens", "lots"])
+    assert main(["bench", "--prompts", str(prompts), "--sweep", "--total-tokens", "auto"]) == 2
+    assert "--sweep" in capsys.readouterr().err

@@ -1,0 +1,146 @@
+"""Choose EAGLE-2's tree size and depth for the machine at hand.
+
+The authors choose `total_token` by timing target forwards on their GPU and dividing by fixed gains. Here
+both sides are measured: a warm-up decode with a large tree records every drafted node and the target's own
+choice after each verified one, so the accept length any smaller tree (top-n nodes of depth <= d by score,
+exactly what EAGLE-2 would keep) would have had on the same steps can be replayed from the records; the cost
+of verifying n nodes is timed with the engine's own verify, and a draft level's cost comes from the records.
+On a GPU verifying 60 nodes costs about one forward and big trees win; on a CPU each node costs ~2 ms here,
+so the best tree is small. Greedy only: sampling accepts at other rates.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, replace
+from types import SimpleNamespace
+
+import torch
+from transformers import DynamicCache
+
+from .config import DecodeConfig
+from .engine import Decoder, truncate
+from .records import ROOT, StepRecord
+from .tree import tree_inputs
+
+SIZES = (4, 6, 8, 10, 12, 16, 20, 26, 32, 40, 48, 60)
+DEPTHS = (2, 3, 4, 5, 6, 7)
+WARMUP_TOKENS = 48  # new tokens per warm-up prompt
+
+
+@dataclass(frozen=True)
+class Option:
+    """One tree setting with its replayed accept length and measured cost per step."""
+
+    total_tokens: int
+    depth: int
+    tau: float
+    step_ms: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return 1e3 * self.tau / self.step_ms
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "tokens_per_s": self.tokens_per_s}
+
+
+def replay_tau(records: list[StepRecord], total_tokens: int, depth: int) -> float:
+    """Mean accept length the tree of the `total_tokens - 1` best-scored drafted nodes of depth <= `depth`
+    would have had on these steps, walking the target's recorded choices from the root."""
+    steps = [r for r in records if r.nodes]
+    if not steps:
+        raise ValueError("no drafted steps to replay")
+    got = 0
+    for r in steps:
+        pool = [n for n in r.nodes if n.status != ROOT and n.depth <= depth]
+        keep = {n.id for n in sorted(pool, key=lambda n: -n.score)[: total_tokens - 1]}
+        by_id = {n.id: n for n in r.nodes}
+        node, accepted = r.nodes[0], 0
+        while node.target_token is not None:
+            nxt = [n for n in r.nodes if n.parent == node.id and n.id in keep and n.token == node.target_token]
+            if not nxt:
+                break
+            node, accepted = by_id[nxt[0].id], accepted + 1
+        got += accepted + 1
+    return got / len(steps)
+
+
+@torch.inference_mode()
+def time_verify(dec: Decoder, prompt_ids: list[int], sizes: tuple[int, ...], reps: int = 3) -> dict[int, float]:
+    """Median ms of the engine's verify (tree mask, forward over the cache, lm_head) for `n` nodes."""
+    cache = DynamicCache(config=dec.target.config)
+    dec.body(input_ids=torch.tensor([prompt_ids], device=dec.device), cache=cache, use_cache=True)
+    past, st, out = len(prompt_ids), SimpleNamespace(target_cache=cache), {}
+    for n in sizes:
+        parents = [-1] + [(i - 1) // 3 for i in range(1, n)]  # a bushy tree; the cost depends on n only
+        runs = []
+        for _ in range(reps + 1):  # the first run warms up this shape
+            t0 = dec._sync()
+            dec.verify(st, parents, prompt_ids[-1:] * n)
+            runs.append((dec._sync() - t0) * 1e3)
+            truncate(cache, past)
+        out[n] = statistics.median(runs[1:])
+    return out
+
+
+def _timed_steps(dec: Decoder, ids: list[int], cfg: DecodeConfig) -> list[tuple[StepRecord, float]]:
+    """Each drafted step's record with its whole wall time in ms (drafting, verify, commit, the record)."""
+    out, t0 = [], time.perf_counter()
+    for r in dec.run(ids, cfg):
+        t1 = time.perf_counter()
+        if r.nodes:
+            out.append((r, (t1 - t0) * 1e3))
+        t0 = t1
+    return out
+
+
+def tune(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes=None, depths=None,
+         max_new_tokens: int | None = None, progress=None) -> tuple[Option, list[Option]]:
+    """Warm up on `prompts` with the largest tree, time each depth's drafting and each size's verify, and
+    return the option with the most tokens per second and every option considered (best first)."""
+    say = progress or (lambda _msg: None)
+    sizes, depths = sizes or SIZES, depths or DEPTHS
+    max_new_tokens = max_new_tokens or WARMUP_TOKENS
+    big = replace(base, method="eagle2", temperature=0.0, lookup=False, total_tokens=max(sizes), depth=max(depths),
+                  max_new_tokens=max_new_tokens)
+    records: list[StepRecord] = []
+    for i, ids in enumerate(prompts):
+        say(f"tuning: warm-up decode {i + 1}/{len(prompts)} ({big.total_tokens} nodes, depth {big.depth})")
+        records += [r for r, _ in _timed_steps(dec, ids, big)]
+    rest = {}  # ms of a step outside verify at each depth: drafting, commit, building the record
+    for d in depths:
+        say(f"tuning: timing drafting at depth {d}")
+        steps = _timed_steps(dec, prompts[0], replace(big, depth=d, total_tokens=min(sizes), max_new_tokens=24))
+        rest[d] = statistics.median(ms - r.verify_ms for r, ms in steps)
+    say("tuning: timing verify at " + ", ".join(map(str, sizes)) + " nodes")
+    verify = time_verify(dec, prompts[0], tuple(sizes))
+    options = [Option(n, d, replay_tau(records, n, d), rest[d] + verify[n]) for n in sizes for d in depths]
+    options.sort(key=lambda o: -o.tokens_per_s)
+    return options[0], options
+
+
+def warmup_texts(n: int = 2) -> list[str]:
+    """The first `n` shipped example prompts (not any benchmark's prompts: tuning on the prompts a benchmark
+    then measures would flatter the result)."""
+    import json
+
+    from .config import ASSETS
+
+    return [row["prompt"] for row in json.loads((ASSETS / "examples.json").read_text())[:n]]
+
+
+def describe(best: Option, options: list[Option], top: int = 6) -> str:
+    """A short table of the best options, as the command line prints it."""
+    rows = [f"tuned for this machine: {best.total_tokens} nodes, depth {best.depth} "
+            f"(replayed tau {best.tau:.2f}, {best.step_ms:.0f} ms a step, {best.tokens_per_s:.1f} tokens/s predicted)"]
+    rows += [f"  nodes {o.total_tokens:>3} depth {o.depth}  tau {o.tau:.2f}  {o.step_ms:6.1f} ms  "
+             f"{o.tokens_per_s:5.1f} tok/s" for o in options[:top]]
+    return "\n".join(rows)
+
+
+def warmup_prompts(tokenizer, texts: list[str]) -> list[list[int]]:
+    """Chat-formatted ids of the warm-up texts."""
+    from .engine import encode_prompt
+
+    return [encode_prompt(tokenizer, t) for t in texts]
