@@ -4,7 +4,8 @@ The authors choose `total_token` by timing target forwards on their GPU and divi
 both sides are measured: a warm-up decode with a large tree records every drafted node and the target's own
 choice after each verified one, so the accept length any smaller tree (top-n nodes of depth <= d by score,
 exactly what EAGLE-2 would keep) would have had on the same steps can be replayed from the records; the cost
-of verifying n nodes is timed with the engine's own verify, and a draft level's cost comes from the records.
+of verifying n nodes is timed with the engine's own verify, and the rest of a step (drafting, commit, the
+record) by short timed runs at each depth.
 On a GPU verifying 60 nodes costs about one forward and big trees win; on a CPU each node costs ~2 ms here,
 so the best tree is small. Greedy only: sampling accepts at other rates.
 """
@@ -21,7 +22,6 @@ from transformers import DynamicCache
 from .config import DecodeConfig
 from .engine import Decoder, truncate
 from .records import ROOT, StepRecord
-from .tree import tree_inputs
 
 SIZES = (4, 6, 8, 10, 12, 16, 20, 26, 32, 40, 48, 60)
 DEPTHS = (2, 3, 4, 5, 6, 7)
