@@ -68,6 +68,8 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
     if not args.prompt.strip():
         raise ValueError("the prompt is empty")
+    if args.total_tokens == "auto" and args.method != "eagle2":  # only EAGLE-2's tree has a size to tune
+        args.total_tokens = DecodeConfig.total_tokens
     auto = args.total_tokens == "auto"
     # settings are checked before the model loads (with auto, against the default size until tuned)
     cfg = config_from(argparse.Namespace(**{**vars(args), "total_tokens": DecodeConfig.total_tokens}) if auto

@@ -66,6 +66,9 @@ def test_bench_total_tokens_auto_tunes_then_measures(tmp_path, capsys, monkeypat
     assert (best["total_tokens"], best["depth"]) == (chosen["total_tokens"], chosen["depth"])
     assert res["methods"]["eagle2"]["matches_vanilla"] == 1.0
     assert "tuned for this machine" in capsys.readouterr().err
+    assert main(["bench", "--prompts", str(prompts), "--methods", "vanilla,eagle1", "--max-new-tokens", "4",
+                 "--total-tokens", "auto", "--json", str(out)]) == 0  # nothing to tune: no EAGLE-2 method
+    assert "tuned" not in capsys.readouterr().err and json.loads(out.read_text())["settings"]["total_tokens"] == 26
     with pytest.raises(SystemExit):
         main(["bench", "--prompts", str(prompts), "--total-tokens", "lots"])
     assert main(["bench", "--prompts", str(prompts), "--sweep", "--total-tokens", "auto"]) == 2
