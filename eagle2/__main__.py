@@ -20,7 +20,7 @@ def _size(text: str) -> int | str:
 
 def resolve_auto(args: argparse.Namespace, bundle) -> None:
     """With --total-tokens auto: tune EAGLE-2's nodes and depth on this machine (a warm-up on the shipped
-    examples, about a minute on 2 CPU cores) and put the choice into args."""
+    examples, under a minute on 2 CPU cores) and put the choice into args."""
     if args.total_tokens != "auto":
         return
     from .api import decoder_for
