@@ -18,17 +18,23 @@ def _size(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected a whole number or 'auto', not {text!r}") from None
 
 
+def wants_tuning(args: argparse.Namespace, methods: list[str]) -> bool:
+    """Whether --total-tokens auto has an EAGLE-2 tree to tune among `methods`; if not, the default size stands."""
+    if args.total_tokens == "auto" and not {"eagle2", "eagle2_lookup"} & set(methods):
+        args.total_tokens = DecodeConfig.total_tokens
+    return args.total_tokens == "auto"
+
+
 def resolve_auto(args: argparse.Namespace, bundle) -> None:
-    """With --total-tokens auto: tune EAGLE-2's nodes and depth on this machine (a warm-up on the shipped
-    examples, under a minute on 2 CPU cores) and put the choice into args."""
-    if args.total_tokens != "auto":
-        return
+    """Tune EAGLE-2's nodes and depth on this machine (a warm-up on the shipped examples, under a minute on
+    2 CPU cores) and put the choice into args."""
     from .api import decoder_for
-    from .autotune import describe, tune, warmup_prompts, warmup_texts
+    from .autotune import describe, tune, warmup_texts
+    from .engine import encode_prompt
 
     base = DecodeConfig(top_k=args.top_k, max_new_tokens=args.max_new_tokens)
-    best, options = tune(decoder_for(bundle), warmup_prompts(bundle.tokenizer, warmup_texts()), base,
-                         progress=lambda m: print(m, file=sys.stderr))
+    prompts = [encode_prompt(bundle.tokenizer, t) for t in warmup_texts()]
+    best, options = tune(decoder_for(bundle), prompts, base, progress=lambda m: print(m, file=sys.stderr))
     print(describe(best, options), file=sys.stderr)
     args.total_tokens, args.depth = best.total_tokens, best.depth
     args.tuned = [o.to_dict() for o in options]
@@ -68,9 +74,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
     if not args.prompt.strip():
         raise ValueError("the prompt is empty")
-    if args.total_tokens == "auto" and args.method != "eagle2":  # only EAGLE-2's tree has a size to tune
-        args.total_tokens = DecodeConfig.total_tokens
-    auto = args.total_tokens == "auto"
+    auto = wants_tuning(args, [args.method])
     # settings are checked before the model loads (with auto, against the default size until tuned)
     cfg = config_from(argparse.Namespace(**{**vars(args), "total_tokens": DecodeConfig.total_tokens}) if auto
                       else args, args.method)

@@ -21,7 +21,8 @@ from transformers import DynamicCache
 
 from .config import DecodeConfig
 from .engine import Decoder, truncate
-from .records import ROOT, StepRecord
+from .records import StepRecord
+from .tree import select_dynamic
 
 SIZES = (4, 6, 8, 10, 12, 16, 20, 26, 32, 40, 48, 60)
 DEPTHS = (2, 3, 4, 5, 6, 7)
@@ -47,21 +48,26 @@ class Option:
 
 def replay_tau(records: list[StepRecord], total_tokens: int, depth: int) -> float:
     """Mean accept length the tree of the `total_tokens - 1` best-scored drafted nodes of depth <= `depth`
-    would have had on these steps, walking the target's recorded choices from the root."""
+    would have had on these steps, walking the target's recorded choices from the root.
+
+    A record lists its nodes in drafting order, level by level, so the nodes of depth <= `depth` are a prefix
+    of it: that prefix is the pool a `depth`-level draft would have grown, and the engine's own rerank
+    (`select_dynamic`) picks from it."""
     steps = [r for r in records if r.nodes]
     if not steps:
         raise ValueError("no drafted steps to replay")
     got = 0
     for r in steps:
-        pool = [n for n in r.nodes if n.status != ROOT and n.depth <= depth]
-        keep = {n.id for n in sorted(pool, key=lambda n: -n.score)[: total_tokens - 1]}
-        by_id = {n.id: n for n in r.nodes}
+        pool = [n for n in r.nodes if n.depth <= depth]
+        if len(pool) < len(r.nodes) and r.nodes[len(pool)].depth <= depth:
+            raise ValueError("a record's nodes are not in drafting order")
+        keep = set(select_dynamic(pool, total_tokens - 1))
         node, accepted = r.nodes[0], 0
         while node.target_token is not None:
-            nxt = [n for n in r.nodes if n.parent == node.id and n.id in keep and n.token == node.target_token]
+            nxt = [n for n in pool if n.parent == node.id and n.id in keep and n.token == node.target_token]
             if not nxt:
                 break
-            node, accepted = by_id[nxt[0].id], accepted + 1
+            node, accepted = nxt[0], accepted + 1
         got += accepted + 1
     return got / len(steps)
 
@@ -138,9 +144,3 @@ def describe(best: Option, options: list[Option], top: int = 6) -> str:
              f"{o.tokens_per_s:5.1f} tok/s" for o in options[:top]]
     return "\n".join(rows)
 
-
-def warmup_prompts(tokenizer, texts: list[str]) -> list[list[int]]:
-    """Chat-formatted ids of the warm-up texts."""
-    from .engine import encode_prompt
-
-    return [encode_prompt(tokenizer, t) for t in texts]

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import torch
 
-from .config import DecodeConfig
 
 OURS = ("vanilla", "eagle1", "eagle2", "eagle2_lookup")  # eagle2_lookup: EAGLE-2 plus a prompt-lookup branch
 PEERS = ("hf_greedy", "hf_lookup")
@@ -111,7 +110,7 @@ def format_table(res: dict) -> str:
 def cmd_bench(args: argparse.Namespace) -> None:
     import sys
 
-    from .__main__ import config_from, resolve_auto
+    from .__main__ import config_from, resolve_auto, wants_tuning
     from .loading import load
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -123,13 +122,12 @@ def cmd_bench(args: argparse.Namespace) -> None:
         raise ValueError(f"no prompts in {args.prompts}")
     if args.temperature != 0.0 and any(m in PEERS for m in methods):
         raise ValueError("hf_greedy and hf_lookup are greedy baselines: use --temperature 0")
-    if args.total_tokens == "auto" and not {"eagle2", "eagle2_lookup"} & set(methods):
-        args.total_tokens = DecodeConfig.total_tokens  # only EAGLE-2's tree has a size to tune
-    if args.total_tokens == "auto" and args.sweep:
+    auto = wants_tuning(args, methods)
+    if auto and args.sweep:
         raise ValueError("--sweep tries many sizes itself: give --total-tokens a number")
     bundle = load(args.model, args.head, args.device, args.kernels)
     print(bundle.describe(), file=sys.stderr)
-    if args.total_tokens == "auto":
+    if auto:
         resolve_auto(args, bundle)
     if args.sweep:
         from .sweep import run_sweep, write_plots
