@@ -41,3 +41,13 @@ def test_write_instructions_resumes_and_keeps_only_whole_filtered_prompts(embedd
     assert all(check.accept(p) for p in rows)  # distinct, whole, sized, none sharing 6 words with EVAL
     for p in rows:  # none was cut off by the cap: each fits in fewer tokens than max_tokens
         assert len(embedded.tokenizer(p, add_special_tokens=False)["input_ids"]) < 40
+
+
+def test_openers_start_the_requests_round_robin(embedded, tmp_path):
+    out = tmp_path / "own.jsonl"
+    n = write_instructions(embedded.target, embedded.tokenizer, out, 4, EVAL, temperature=1.0, max_tokens=40,
+                           batch_size=8, seed=5, openers=["Write", "Solve"])
+    rows = [json.loads(line)["prompt"] for line in out.read_text().splitlines()]
+    assert n == 4 == len(rows)
+    assert all(p.split()[0] in {"Write", "Solve"} and len(p.split()) >= 4 for p in rows)  # the model went on
+    assert {p.split()[0] for p in rows} == {"Write", "Solve"}

@@ -57,7 +57,8 @@ def cmd_instructions(args: argparse.Namespace) -> None:
     target, tok = _load_target(args)
     exclude = [p for f in args.exclude for p in read_prompts(f)]
     n = write_instructions(target, tok, args.out, args.count, exclude, temperature=args.temperature,
-                           max_tokens=args.max_tokens, batch_size=args.batch_size, seed=args.seed)
+                           max_tokens=args.max_tokens, batch_size=args.batch_size, seed=args.seed,
+                           openers=args.openers)
     print(f"{n} prompts in {args.out}")
 
 
@@ -165,6 +166,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--max-tokens", type=int, default=96, help="longer requests are dropped as cut off")
     s.add_argument("--batch-size", type=int, default=64)
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--openers", nargs="*", default=None,
+                   help="words each request starts with, round robin (e.g. Write Solve Pretend; '' leaves a row "
+                        "to the model); without it the model starts every request itself")
     s.set_defaults(func=cmd_instructions)
 
     for name, fn, helptext in (("fit", cmd_fit, "train the head"), ("evaluate", cmd_evaluate, "held-out agreement"),

@@ -5,6 +5,10 @@ user request. The head then learns from the target's answers to prompts no file 
 prompt already has several answers, and a head that has seen the same prompts many times fits them better
 than it generalises. Prompts that share a long word sequence with an excluded file (the evaluation
 prompts) are dropped, as are duplicates, fragments and requests cut off by the length cap.
+
+Left alone, the model mostly asks for help ("Can you ...", "I'm planning ..."). `openers` start each request
+with a word of the caller's choosing ("Write", "Solve", "Pretend"), round robin over a batch, so the requests
+also cover writing, role play, maths and code; the model writes the rest.
 """
 from __future__ import annotations
 
@@ -62,11 +66,13 @@ class PromptFilter:
 
 @torch.inference_mode()
 def write_instructions(target, tokenizer, out: str | Path, count: int, exclude: list[str], temperature: float = 1.0,
-                       max_tokens: int = 96, batch_size: int = 64, seed: int = 0) -> int:
+                       max_tokens: int = 96, batch_size: int = 64, seed: int = 0,
+                       openers: list[str] | None = None) -> int:
     """Append new prompts as jsonl rows {"prompt": ...} to `out` until it holds `count`; resumable.
 
     Returns how many rows the file holds. Each batch samples `batch_size` requests from the pre-query;
-    those that end (EOS) within `max_tokens` and pass the filter are kept.
+    those that end (EOS) within `max_tokens` and pass the filter are kept. With `openers`, row i of a batch
+    begins with openers[i % len(openers)] ("" leaves a row to the model) and the model continues it.
     """
     out = Path(out)
     have = [json.loads(line)["prompt"] for line in out.read_text().splitlines() if line.strip()] if out.exists() else []
@@ -74,19 +80,23 @@ def write_instructions(target, tokenizer, out: str | Path, count: int, exclude: 
     for p in have:
         keep.accept(p)
     prefix = pre_query_ids(tokenizer)
+    starts = [o.strip() for o in (openers or [""])]
+    firsts = [prefix + (tokenizer(o, add_special_tokens=False)["input_ids"] if o else []) for o in starts]
+    rows = [i % len(starts) for i in range(batch_size)]
     bar = tqdm(total=count, initial=len(have), unit="prompt", desc="self-instruct")
     batch_no, misses = len(have), 0
     with out.open("a") as f:
         while len(have) < count:
-            seqs = generate_responses(target, tokenizer, [prefix] * batch_size, max_tokens, temperature,
+            seqs = generate_responses(target, tokenizer, [firsts[r] for r in rows], max_tokens, temperature,
                                       seed=seed + 7919 * batch_no, context=1)
             batch_no += 1
             new = 0
-            for s in seqs:
+            for r, s in zip(rows, seqs):
                 body = s.tokens[s.start:].tolist()
                 if len(body) >= max_tokens - 1:  # cut off by the cap (an ended request has its EOS dropped)
                     continue
-                text = tokenizer.decode(body, skip_special_tokens=True).strip()
+                opener = firsts[r][len(prefix):]
+                text = tokenizer.decode(opener + body, skip_special_tokens=True).strip()
                 if keep.accept(text) and len(have) < count:
                     have.append(text)
                     f.write(json.dumps({"prompt": text}) + "\n")
