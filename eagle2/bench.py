@@ -19,7 +19,12 @@ PEERS = ("hf_greedy", "hf_lookup")
 
 def read_prompts(path: str | Path, limit: int | None = None) -> list[str]:
     """Prompts from Spec-Bench / MT-bench jsonl: the first of `turns`, or `prompt`."""
-    prompts = []
+    return [text for text, _ in read_rows(path, limit)]
+
+
+def read_rows(path: str | Path, limit: int | None = None) -> list[tuple[str, str | None]]:
+    """(prompt, category) pairs of a Spec-Bench / MT-bench jsonl; the category is None where a row has none."""
+    rows = []
     for n, line in enumerate(Path(path).read_text().splitlines(), start=1):
         if not line.strip():
             continue
@@ -30,8 +35,9 @@ def read_prompts(path: str | Path, limit: int | None = None) -> list[str]:
         text = row["turns"][0] if "turns" in row else row.get("prompt")
         if not isinstance(text, str):
             raise ValueError(f"{path}:{n}: no 'turns' or 'prompt' field")
-        prompts.append(text)
-    return prompts[:limit] if limit else prompts
+        cat = row.get("category")
+        rows.append((text, cat if isinstance(cat, str) else None))
+    return rows[:limit] if limit else rows
 
 
 def _hf(bundle, ids: list[int], max_new: int, lookup: bool) -> tuple[list[int], float]:
@@ -56,9 +62,9 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
         else:
             _hf(bundle, encoded[0], 8, m == "hf_lookup")
     totals = {m: {"tokens": 0, "wall": 0.0, "forwards": 0, "match": 0} for m in methods}
-    per_prompt = []
+    per_prompt, per_forwards = [], []
     for i, ids in enumerate(encoded):
-        outs = {}
+        outs, fwds = {}, {}
         for m in methods:
             if m in OURS:
                 res = run(bundle, ids, cfg_for(m))
@@ -67,7 +73,7 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
             else:
                 toks, wall = _hf(bundle, ids, max_new, m == "hf_lookup")
                 fwd = None
-            outs[m] = toks
+            outs[m], fwds[m] = toks, fwd
             t = totals[m]
             t["tokens"] += len(toks)
             t["wall"] += wall
@@ -76,6 +82,7 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
         for m in methods:
             totals[m]["match"] += int(ref is not None and outs[m] == ref)
         per_prompt.append({m: len(outs[m]) for m in methods})
+        per_forwards.append(fwds)
         progress(f"prompt {i + 1}/{len(encoded)} done")
     base = totals.get("vanilla") or totals.get("hf_greedy")
     base_tps = base["tokens"] / base["wall"] if base else None
@@ -93,7 +100,32 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
             "new_tokens": t["tokens"],
             "wall_s": t["wall"],
         }
-    return {"methods": result, "prompts": len(encoded), "max_new_tokens": max_new, "per_prompt": per_prompt}
+    return {"methods": result, "prompts": len(encoded), "max_new_tokens": max_new, "per_prompt": per_prompt,
+            "per_prompt_forwards": per_forwards}
+
+
+def by_category(res: dict, categories: list[str | None]) -> dict[str, dict[str, float | None]]:
+    """Mean accept length of each method within each prompt category (in first-seen order); {} without any."""
+    if not any(categories):
+        return {}
+    out: dict[str, dict[str, float | None]] = {}
+    for cat in dict.fromkeys(c or "-" for c in categories):
+        rows = [i for i, c in enumerate(categories) if (c or "-") == cat]
+        out[cat] = {}
+        for m in res["methods"]:
+            fwd = [res["per_prompt_forwards"][i][m] for i in rows]
+            toks = sum(res["per_prompt"][i][m] for i in rows)
+            out[cat][m] = None if None in fwd or not sum(fwd) else toks / sum(fwd)
+    return out
+
+
+def format_categories(cats: dict[str, dict[str, float | None]]) -> str:
+    """Accept length per category and method, one row per category."""
+    methods = [m for m in next(iter(cats.values())) if any(c[m] is not None for c in cats.values())]
+    rows = [f"{'category (tau)':<14} " + " ".join(f"{m:>13}" for m in methods)]
+    rows += [f"{cat:<14} " + " ".join(f"{'-' if c[m] is None else format(c[m], '.2f'):>13}" for m in methods)
+             for cat, c in cats.items()]
+    return "\n".join(rows)
 
 
 def format_table(res: dict) -> str:
@@ -117,7 +149,8 @@ def cmd_bench(args: argparse.Namespace) -> None:
     bad = [m for m in methods if m not in OURS + PEERS]
     if bad:
         raise ValueError(f"unknown method(s) {bad}; choose from {', '.join(OURS + PEERS)}")
-    prompts = read_prompts(args.prompts, args.limit)
+    rows = read_rows(args.prompts, args.limit)
+    prompts = [text for text, _ in rows]
     if not prompts:
         raise ValueError(f"no prompts in {args.prompts}")
     if args.temperature != 0.0 and any(m in PEERS for m in methods):
@@ -144,7 +177,12 @@ def cmd_bench(args: argparse.Namespace) -> None:
     res = run_bench(bundle, prompts, methods, lambda m: config_from(args, m), args.max_new_tokens,
                     progress=lambda s: print(s, file=sys.stderr))
     res.update(device=bundle.describe(), settings={k: v for k, v in vars(args).items() if k != "func"})
+    cats = by_category(res, [c for _, c in rows])
+    if cats:
+        res["categories"] = cats
     print(format_table(res))
+    if len(cats) > 1:
+        print(format_categories(cats))
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))
 

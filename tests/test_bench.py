@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from eagle2.bench import format_table, run_bench
+from eagle2.bench import by_category, format_categories, format_table, read_rows, run_bench
 from eagle2.config import DecodeConfig
 
 
@@ -24,3 +24,28 @@ def test_with_plain_decoding_every_method_matches_it(tiny):
                     lambda m: DecodeConfig(method=m, max_new_tokens=6), 6, progress=lambda _s: None)
     assert [r["matches_vanilla"] for r in res["methods"].values()] == [1.0, 1.0, 1.0]
     assert res["methods"]["vanilla"]["mean_accept_length"] == 1.0
+
+
+def test_accept_length_by_category_adds_up_to_each_prompts_record(tiny):
+    prompts, cats = ["abcab", "ponm", "abcabc"], ["copy", "other", "copy"]
+    res = run_bench(_bundle(tiny), prompts, ["vanilla", "eagle2", "hf_greedy"],
+                    lambda m: DecodeConfig(method=m, max_new_tokens=6), 6, progress=lambda _s: None)
+    got = by_category(res, cats)
+    assert list(got) == ["copy", "other"]
+    for cat, rows in (("copy", [0, 2]), ("other", [1])):
+        toks = sum(res["per_prompt"][i]["eagle2"] for i in rows)
+        fwd = sum(res["per_prompt_forwards"][i]["eagle2"] for i in rows)
+        assert got[cat]["eagle2"] == toks / fwd
+        assert got[cat]["vanilla"] == 1.0 and got[cat]["hf_greedy"] is None  # transformers' forwards unknown
+    whole = res["methods"]["eagle2"]["mean_accept_length"]
+    assert min(got["copy"]["eagle2"], got["other"]["eagle2"]) <= whole <= max(got["copy"]["eagle2"], got["other"]["eagle2"])
+    table = format_categories(got).splitlines()
+    assert table[0].split()[-2:] == ["vanilla", "eagle2"] and len(table) == 3  # a method without tau is left out
+    assert by_category(res, [None, None, None]) == {}
+
+
+def test_read_rows_keeps_categories(tmp_path):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"turns": ["a b", "c"], "category": "writing"}\n\n{"prompt": "d e"}\n')
+    assert read_rows(f) == [("a b", "writing"), ("d e", None)]
+    assert read_rows(f, 1) == [("a b", "writing")]
