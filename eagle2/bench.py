@@ -12,7 +12,6 @@ from pathlib import Path
 
 import torch
 
-
 OURS = ("vanilla", "eagle1", "eagle2", "eagle2_lookup")  # eagle2_lookup: EAGLE-2 plus a prompt-lookup branch
 PEERS = ("hf_greedy", "hf_lookup")
 

@@ -80,23 +80,22 @@ def write_instructions(target, tokenizer, out: str | Path, count: int, exclude: 
     for p in have:
         keep.accept(p)
     prefix = pre_query_ids(tokenizer)
-    starts = [o.strip() for o in (openers or [""])]
-    firsts = [prefix + (tokenizer(o, add_special_tokens=False)["input_ids"] if o else []) for o in starts]
-    rows = [i % len(starts) for i in range(batch_size)]
+    opener_ids = [tokenizer(o.strip(), add_special_tokens=False)["input_ids"] if o.strip() else []
+                  for o in (openers or [""])]
+    rows = [i % len(opener_ids) for i in range(batch_size)]
     bar = tqdm(total=count, initial=len(have), unit="prompt", desc="self-instruct")
     batch_no, misses = len(have), 0
     with out.open("a") as f:
         while len(have) < count:
-            seqs = generate_responses(target, tokenizer, [firsts[r] for r in rows], max_tokens, temperature,
-                                      seed=seed + 7919 * batch_no, context=1)
+            seqs = generate_responses(target, tokenizer, [prefix + opener_ids[r] for r in rows], max_tokens,
+                                      temperature, seed=seed + 7919 * batch_no, context=1)
             batch_no += 1
             new = 0
             for r, s in zip(rows, seqs):
                 body = s.tokens[s.start:].tolist()
                 if len(body) >= max_tokens - 1:  # cut off by the cap (an ended request has its EOS dropped)
                     continue
-                opener = firsts[r][len(prefix):]
-                text = tokenizer.decode(opener + body, skip_special_tokens=True).strip()
+                text = tokenizer.decode(opener_ids[r] + body, skip_special_tokens=True).strip()
                 if keep.accept(text) and len(have) < count:
                     have.append(text)
                     f.write(json.dumps({"prompt": text}) + "\n")
