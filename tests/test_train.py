@@ -15,7 +15,7 @@ from eagle2.train.data import (GREEDY, SAMPLED, TEACHER, Sequence, load_sequence
 from eagle2.train.checkpoint import latest_checkpoint, load_latest_head, trainable_head
 from eagle2.train.batches import collate, load_split, make_batches
 from eagle2.train.card import write_card
-from eagle2.train.loop import TrainConfig, _remap, data_vocab, head_forward, losses, train
+from eagle2.train.loop import TrainConfig, _remap, data_vocab, evaluate_checkpoint, head_forward, losses, train
 
 torch.set_num_threads(1)
 
@@ -148,6 +148,38 @@ def test_train_resume_and_export(target, tmp_path):
     assert "CC BY-NC 4.0" in card and f"{full['heldout']['top1']:.3f}" in card and f"{state['step']} steps" in card
     loaded = load_head(tmp_path / "head", target)
     torch.testing.assert_close(loaded.fc.weight, head2.fc.weight.half().float())
+
+
+def test_warm_start_and_evaluate_from_an_exported_head(target, tmp_path):
+    """`fit --init` and `evaluate --ckpt` take a shipped head directory: training starts from its (fp16) weights,
+    and evaluating the directory itself scores exactly those weights."""
+    seqs = _sequences(target, 30)
+    data = tmp_path / "data"
+    _write_data(target, data, seqs)
+    cfg = TrainConfig(epochs=2, batch_tokens=64, save_every=1000, heldout_every=5)
+    train(target, data, tmp_path / "a", cfg)
+    trained, _ = load_latest_head(target, tmp_path / "a")
+    save_head(trained, tmp_path / "head")
+    shipped, state = load_latest_head(target, tmp_path / "head")
+    assert state["step"] == 0 and state["init"] == {"head": "head"}
+    torch.testing.assert_close(shipped.fc.weight, trained.fc.weight.half().float(), atol=0, rtol=0)
+    scored = evaluate_checkpoint(target, data, tmp_path / "head", cfg)["heldout"]
+    fresh = evaluate_checkpoint(target, data, tmp_path / "a", cfg)["heldout"]
+    assert scored["positions"] == fresh["positions"] > 0
+    stopped = train(target, data, tmp_path / "b", TrainConfig(epochs=2, batch_tokens=64, save_every=1000,
+                                                                 heldout_every=5, lr=0.0),
+                    init=tmp_path / "head")  # lr 0: the warm start is all there is
+    again, state_b = load_latest_head(target, tmp_path / "b")
+    assert stopped["steps"] > 1 and state_b["init"] == {"head": "head"}
+    torch.testing.assert_close(again.fc.weight, shipped.fc.weight, atol=0, rtol=0)
+    assert stopped["heldout"]["top1"] == pytest.approx(scored["top1"])
+    cold = train(target, data, tmp_path / "c", TrainConfig(epochs=2, batch_tokens=64, save_every=1000,
+                                                             heldout_every=5, lr=0.0))
+    cold_head, _ = load_latest_head(target, tmp_path / "c")
+    assert not torch.allclose(cold_head.fc.weight, shipped.fc.weight)  # without --init it starts elsewhere
+    save_head(again, tmp_path / "head2")
+    write_card(tmp_path / "head2", [data], state_b, stopped)
+    assert "Warm-started from the exported head `head`" in (tmp_path / "head2" / "README.md").read_text()
 
 
 def test_teacher_labels_come_from_target_argmax(target, tmp_path):

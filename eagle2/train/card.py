@@ -34,9 +34,12 @@ def write_card(out: Path, data_dir: str | Path | list, state: dict, report: dict
                "(teacher-forced): the head's inputs are then Alpaca's words, but its targets are still the "
                "target's own features and greedy tokens." if ref_seqs else "")
     init = state.get("init")
-    warm = (f"\n- Warm-started from an earlier run of the same recipe ({init['step']} steps, "
-            f"{init['tokens_seen']:,} positions, {init['seconds'] / 60:.0f} min); the numbers above are this run's."
-            if init else "")
+    warm = ""
+    if init and init.get("head"):
+        warm = f"\n- Warm-started from the exported head `{init['head']}`; the numbers above are this run's."
+    elif init:
+        warm = (f"\n- Warm-started from an earlier run of the same recipe ({init['step']} steps, "
+                f"{init['tokens_seen']:,} positions, {init['seconds'] / 60:.0f} min); the numbers above are this run's.")
     h = report.get("heldout", {})
     sampled = ", some sampled" if gen.get("sample_every") else ""
     cfg = state.get("config", {})

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import torch
 
-from ..head import DraftHead, new_head
+from ..head import DraftHead, load_head, new_head
 
 
 def trainable(head: DraftHead) -> dict[str, torch.Tensor]:
@@ -42,12 +42,35 @@ def save_checkpoint(ckpt_dir: Path, head: DraftHead, opt: torch.optim.Optimizer,
     return path
 
 
+def is_head_dir(path: str | Path) -> bool:
+    """An exported head (official layout: config.json beside the weights), not a checkpoint directory."""
+    path = Path(path)
+    return path.is_dir() and (path / "config.json").exists() and latest_checkpoint(path) is None
+
+
+def initial_weights(target, init: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
+    """Weights to warm-start from, and what the model card says of them: a checkpoint file (step_N.pt), or an
+    exported head directory such as the shipped one (its fp16 weights widened to float32), checked against
+    the target as at inference."""
+    if is_head_dir(init):
+        head = load_head(init, target)
+        return {k: v.float() for k, v in trainable(head).items()}, {"head": Path(init).name}
+    ck = torch.load(init, map_location="cpu", weights_only=True)
+    return ck["head"], {k: ck["state"].get(k) for k in ("step", "seconds", "tokens_seen")}
+
+
 def load_latest_head(target, ckpt_dir: str | Path) -> tuple[DraftHead, dict]:
-    """The head of the newest checkpoint (float32, on the target's device) and its training state."""
-    path = latest_checkpoint(ckpt_dir)
-    if path is None:
-        raise FileNotFoundError(f"no step_*.pt checkpoint in {ckpt_dir}")
-    ck = torch.load(path, map_location="cpu", weights_only=True)
+    """The head of the newest checkpoint (float32, on the target's device) and its training state; for an
+    exported head directory, that head and an empty state (so `evaluate` can score a shipped head)."""
+    if is_head_dir(ckpt_dir):
+        weights, info = initial_weights(target, ckpt_dir)
+        state = {"step": 0, "train_tokens": 0, "tokens_seen": 0, "seconds": 0.0, "config": {}, "init": info}
+    else:
+        path = latest_checkpoint(ckpt_dir)
+        if path is None:
+            raise FileNotFoundError(f"no step_*.pt checkpoint in {ckpt_dir}")
+        ck = torch.load(path, map_location="cpu", weights_only=True)
+        weights, state = ck["head"], ck["state"]
     head, _ = trainable_head(target)
-    head.load_state_dict(ck["head"], strict=False)
-    return head.requires_grad_(False).eval(), ck["state"]
+    head.load_state_dict(weights, strict=False)
+    return head.requires_grad_(False).eval(), state

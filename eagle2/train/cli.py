@@ -175,7 +175,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                                ("export", cmd_export, "save the head in the official layout")):
         q = sub.add_parser(name, parents=[common], help=helptext)
         q.add_argument("--data", required=True, nargs="+", help="directories of shards from `generate`")
-        q.add_argument("--out" if name == "fit" else "--ckpt", required=True, help="checkpoint directory")
+        q.add_argument("--out" if name == "fit" else "--ckpt", required=True,
+                       help="checkpoint directory" + ("" if name == "fit" else " (evaluate: or an exported head)"))
         q.add_argument("--save-head", default=None if name != "export" else "assets/smollm2-135m-eagle")
         q.add_argument("--epochs", type=float, default=None)
         q.add_argument("--lr", type=float, default=None)
@@ -189,6 +190,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         q.add_argument("--budget-minutes", type=float, default=None,
                        help="fit the lr schedule into this wall time (sized after 30 steps)")
         q.add_argument("--seed", type=int, default=None)
+        q.add_argument("--heldout-every", type=int, default=None,
+                       help="every n-th greedy sequence of each --data directory is held out (default 25)")
         q.add_argument("--ce-target", default=None, choices=("hard", "soft"))
         q.add_argument("--context", type=int, default=None, help="prompt tokens kept before each response")
         q.add_argument("--autocast", action="store_true", default=None, help="bf16 autocast")
@@ -199,7 +202,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         q.add_argument("--draft-vocab", type=int, default=0,
                        help="with the saved head, also save the N most frequent target tokens as its draft vocabulary")
         if name == "fit":
-            q.add_argument("--init", default=None, help="start from this checkpoint file (step_N.pt)")
+            q.add_argument("--init", default=None,
+                           help="start from this checkpoint file (step_N.pt) or exported head directory")
         q.set_defaults(func=fn)
     return p
 

@@ -20,7 +20,7 @@ from tqdm import tqdm
 from transformers import DynamicCache
 
 from ..head import DraftHead
-from .checkpoint import latest_checkpoint, load_latest_head, save_checkpoint, trainable_head
+from .checkpoint import initial_weights, latest_checkpoint, load_latest_head, save_checkpoint, trainable_head
 from .batches import causal_mask, collate, load_split, make_batches, split, trim
 from .data import Sequence
 
@@ -172,9 +172,8 @@ def train(target, data_dir: str | Path | list, ckpt_dir: str | Path, cfg: TrainC
         state.update({k: ck["state"][k] for k in ("step", "epoch", "batch", "seconds", "tokens_seen")})
         state.update({k: ck["state"][k] for k in ("total_steps", "sized", "init") if k in ck["state"]})
     elif init is not None:
-        ck = torch.load(init, map_location="cpu", weights_only=True)
-        head.load_state_dict(ck["head"], strict=False)
-        state["init"] = {k: ck["state"].get(k) for k in ("step", "seconds", "tokens_seen")}  # for the model card
+        weights, state["init"] = initial_weights(target, init)  # state["init"]: for the model card
+        head.load_state_dict(weights, strict=False)
 
     steps_per_epoch = len(make_batches(train_set, cfg.batch_tokens, random.Random(cfg.seed)))
     total = state.get("total_steps") or math.ceil(cfg.epochs * steps_per_epoch)
