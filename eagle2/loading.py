@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,14 +58,20 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
         bar.update()
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         bar.update()
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.mkdir(parents=True, exist_ok=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        # a folder of this process's own: two processes converting at once must not write into each other's
+        tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
         model.config.quantization_config = None  # weights are plain float32 now
         model.config.save_pretrained(tmp)
         model.generation_config.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         save_model(model, str(tmp / "model.safetensors"))  # handles the tied lm_head / embedding
-        tmp.rename(out)
+        try:
+            tmp.rename(out)
+        except OSError:  # another process finished first: its copy is the same, keep it
+            if not (out / "model.safetensors").exists():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
         bar.update()
 
 

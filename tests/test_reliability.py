@@ -107,3 +107,28 @@ def test_the_page_offers_operator_presets_only():
     text = (ROOT / "app.py").read_text() + (ROOT / "app_parts" / "settings.py").read_text()
     assert not re.search(r"gr\.Textbox\([^)]*(model|head)", text, flags=re.I)
     assert re.search(r"gr\.Dropdown\(", text)
+
+
+def test_two_processes_converting_the_gguf_at_once_both_succeed(tmp_path, monkeypatch):
+    """The first-run conversion writes into a folder of its own; the one that finishes second keeps the
+    other's copy instead of failing (two `train generate` jobs started together once crashed here)."""
+    import transformers
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from eagle2 import loading
+
+    class _Tok:
+        def save_pretrained(self, d):
+            (Path(d) / "tokenizer.json").write_text("{}")
+
+    cfg = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: _Tok())
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: LlamaForCausalLM(cfg))
+    out = tmp_path / "cache" / "model-f32"
+    loading._convert_gguf(tmp_path / "x.gguf", out)   # the winner
+    first = (out / "model.safetensors").read_bytes()
+    loading._convert_gguf(tmp_path / "x.gguf", out)   # finishes second: keeps the winner's copy
+    assert (out / "model.safetensors").read_bytes() == first
+    assert sorted(p.name for p in out.parent.iterdir()) == ["model-f32"]  # no temporary folder left behind
