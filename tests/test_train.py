@@ -292,3 +292,55 @@ def test_held_out_prompts_are_not_trained_through_another_directory(target, tmp_
     trained_prompts = [tuple(s.tokens[:s.start].tolist()) for s in train_set]
     assert not held_prompts & set(trained_prompts)
     assert len(train_set) == 2 * len(greedy) - 2 * len(held)  # only those prompts' sequences were dropped
+
+
+def test_manifest_finds_the_prompts_behind_held_out_sequences(target, tmp_path, capsys):
+    """Shards store sequences sorted by prompt length, not in the file's order; the manifest's rows must still
+    name the prompt behind every stored sequence, so `train heldout` lists the prompts `split` held out."""
+    import argparse
+
+    from eagle2.train.batches import heldout_rows, split
+    from eagle2.train.cli import _read_row_list, cmd_heldout
+    from eagle2.train.data import GenConfig, generate_dataset
+
+    class ByteTok:
+        chat_template, pad_token_id = None, 0
+
+        def __call__(self, text, **_):
+            return {"input_ids": [1 + b % 255 for b in text.encode()]}
+
+    texts = ["x" * n + str(n) for n in (9, 3, 14, 5, 1, 12, 7, 2, 10, 4, 6, 11, 8)]
+    rows = [(t, None) for t in texts]
+    row_ids = [100 + 3 * i for i in range(len(rows))]  # as `generate --rows` passes them
+    cfg = GenConfig(max_new_tokens=3, batch_size=2, shard_prompts=5, sample_every=4)
+    manifest = generate_dataset(target, ByteTok(), rows, tmp_path / "d", cfg, source={"prompts": "p.json"},
+                                row_ids=row_ids)
+    seqs = load_sequences(tmp_path / "d")
+    stored = [r for name in sorted(manifest["shards"]) for r in manifest["shards"][name]["rows"]]
+    assert sorted(stored) == row_ids and stored != row_ids  # every row once, not in the file's order
+    for s, r in zip(seqs, stored):  # each stored sequence's prompt is the row the manifest names
+        assert s.tokens[:s.start].tolist() == ByteTok()(texts[row_ids.index(r)])["input_ids"]
+    assert {s.kind for s in seqs} == {GREEDY, SAMPLED}
+    _, held = split(seqs, 3)
+    want = [stored[i] for i, s in enumerate(seqs) if any(s is h for h in held)]
+    assert heldout_rows(tmp_path / "d", 3) == want and want
+    out = tmp_path / "held.json"
+    cmd_heldout(argparse.Namespace(data=[str(tmp_path / "d")], heldout_every=3, out=str(out)))
+    assert json.loads(out.read_text()) == {"prompts": "p.json", "heldout_every": 3, "rows": want}
+    assert _read_row_list(str(out), 200) == want
+    with pytest.raises(SystemExit, match="row numbers in 0..99"):
+        _read_row_list(str(out), 100)
+    old = tmp_path / "old"  # data written before rows were recorded: a clear error, not a wrong list
+    _write_data(target, old, seqs[:4])
+    with pytest.raises(SystemExit, match="does not list the rows"):
+        cmd_heldout(argparse.Namespace(data=[str(old)], heldout_every=3, out=str(out)))
+
+
+def test_shipped_heldout_rows_are_the_cards_held_out_prompts():
+    """The shipped head's held-out rows: 161 Alpaca rows, none repeated, each inside the greedy ranges the card
+    names (256-2499 and 3250-4999), as many as its held-out sequences."""
+    data = json.loads(Path("assets/smollm2-135m-eagle/heldout_rows.json").read_text())
+    rows = data["rows"]
+    assert len(rows) == len(set(rows)) == 161 and data["heldout_every"] == 25
+    assert all(256 <= r < 2500 or 3250 <= r < 5000 for r in rows)
+    assert "161 held-out answers" in Path("README.md").read_text()

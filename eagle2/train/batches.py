@@ -10,13 +10,25 @@ from pathlib import Path
 
 import torch
 
-from .data import GREEDY, Sequence, load_sequences
+from .data import GREEDY, Sequence, load_sequences, read_manifest
 
 
 def split(seqs: list[Sequence], every: int) -> tuple[list[Sequence], list[Sequence]]:
     """(train, held-out): every n-th greedy response is held out, stable as more shards arrive."""
     held = {i for i, s in enumerate(seqs) if s.kind == GREEDY and i % every == 0}
     return [s for i, s in enumerate(seqs) if i not in held], [seqs[i] for i in sorted(held)]
+
+
+def heldout_rows(data_dir: str | Path, every: int) -> list[int]:
+    """The prompt-file rows behind `split`'s held-out sequences of one data directory, from its manifest (the
+    stored order is sorted by prompt length within each shard, so it is not the file's order)."""
+    shards = read_manifest(data_dir)["shards"]
+    if not shards or any("rows" not in shards[n] for n in shards):
+        raise ValueError(f"{data_dir}: its manifest does not list the rows behind its sequences "
+                         "(written before they were recorded); the held-out prompts cannot be found from it")
+    rows = [r for name in sorted(shards) for r in shards[name]["rows"]]
+    kinds = [k for name in sorted(shards) for k in shards[name]["kinds"]]
+    return [rows[i] for i in range(len(rows)) if kinds[i] == GREEDY and i % every == 0]
 
 
 def load_split(data_dirs: str | Path | list, every: int,

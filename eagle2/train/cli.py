@@ -4,6 +4,7 @@
     python -m eagle2 train generate --prompts alpaca.json --out /data/selfdistill
     python -m eagle2 train fit --data /data/selfdistill --out /data/ckpt --epochs 2
     python -m eagle2 train evaluate --data /data/selfdistill --ckpt /data/ckpt
+    python -m eagle2 train heldout --data /data/selfdistill --out heldout_rows.json   # regenerate with --rows
     python -m eagle2 train export --data /data/selfdistill --ckpt /data/ckpt --save-head assets/smollm2-135m-eagle
 """
 from __future__ import annotations
@@ -33,9 +34,16 @@ def cmd_generate(args: argparse.Namespace) -> None:
     """Self-distil: the target answers the prompts; its tokens and features go to shards."""
     from .data import GenConfig, generate_dataset, measure_throughput, read_rows
 
+    rows, row_ids = read_rows(args.prompts), None
+    if args.rows:
+        if args.skip or args.limit:
+            raise SystemExit("error: --rows picks the prompts itself; leave out --skip and --limit")
+        row_ids = _read_row_list(args.rows, len(rows))
+        rows = [rows[i] for i in row_ids]
+    else:
+        row_ids = list(range(args.skip, args.skip + len(rows[args.skip:][: args.limit or None])))
+        rows = [rows[i] for i in row_ids]
     target, tok = _load_target(args)
-    rows = read_rows(args.prompts)[args.skip:]
-    rows = rows[: args.limit] if args.limit else rows
     if args.probe:
         sizes = [int(b) for b in args.probe.split(",")]
         rates = measure_throughput(target, tok, [p for p, _ in rows], sizes)
@@ -44,9 +52,41 @@ def cmd_generate(args: argparse.Namespace) -> None:
     cfg = GenConfig(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, shard_prompts=args.shard_prompts,
                     sample_every=args.sample_every, temperature=args.temperature, context=args.context,
                     teacher=args.teacher, seed=args.seed)
-    manifest = generate_dataset(target, tok, rows, args.out, cfg)
+    manifest = generate_dataset(target, tok, rows, args.out, cfg, source={"prompts": str(args.prompts)},
+                                row_ids=row_ids)
     total = sum(v["response_tokens"] for v in manifest["shards"].values())
     print(f"{len(manifest['shards'])} shards, {total} response tokens in {args.out}")
+
+
+def _read_row_list(path: str, n_rows: int) -> list[int]:
+    """Row numbers from a JSON file: a list, or an object with `rows` (what `train heldout` writes)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise SystemExit(f"error: --rows {path}: {e}") from None
+    rows = data.get("rows") if isinstance(data, dict) else data
+    if not isinstance(rows, list) or not all(isinstance(r, int) and 0 <= r < n_rows for r in rows):
+        raise SystemExit(f"error: --rows {path}: expected a list of row numbers in 0..{n_rows - 1} "
+                         "(or an object with one under 'rows')")
+    return rows
+
+
+def cmd_heldout(args: argparse.Namespace) -> None:
+    """Write the prompt-file rows behind the held-out sequences of --data, for `generate --rows`."""
+    from .batches import heldout_rows
+    from .data import read_manifest
+
+    try:
+        rows = [r for d in args.data for r in heldout_rows(d, args.heldout_every)]
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+    sources = {read_manifest(d).get("source", {}).get("prompts") for d in args.data}
+    if len(sources) != 1 or None in sources:
+        raise SystemExit("error: the directories were generated from different (or unrecorded) prompt files; "
+                         "run `train heldout` on each one")
+    Path(args.out).write_text(json.dumps({"prompts": sources.pop(), "heldout_every": args.heldout_every,
+                                          "rows": rows}) + "\n")
+    print(f"{len(rows)} held-out rows written to {args.out}")
 
 
 def cmd_instructions(args: argparse.Namespace) -> None:
@@ -154,7 +194,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--context", type=int, default=64, help="prompt tokens kept before each response")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--probe", default="", help="comma-separated batch sizes: measure throughput and exit")
+    g.add_argument("--rows", default=None,
+                   help="JSON list of the prompt file's row numbers to answer (e.g. from `train heldout`)")
     g.set_defaults(func=cmd_generate)
+
+    h = sub.add_parser("heldout", help="list the prompt-file rows behind held-out sequences (for generate --rows)")
+    h.add_argument("--data", required=True, nargs="+", help="directories of shards from `generate`")
+    h.add_argument("--heldout-every", type=int, default=25, help="as given to fit (default 25)")
+    h.add_argument("--out", required=True, help="JSON file to write")
+    h.set_defaults(func=cmd_heldout)
 
     s = sub.add_parser("instructions", parents=[common],
                        help="the target writes new prompts (Magpie's pre-query trick) for `generate`")

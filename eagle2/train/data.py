@@ -230,14 +230,17 @@ def _teacher_sequences(target, tokenizer, prompts: list[list[int]], refs: list[s
 
 
 def _make_shard(target, tokenizer, prompts: list[list[int]], refs: list[str | None], indices: list[int],
-                cfg: GenConfig, bar: tqdm) -> list[Sequence]:
-    """Sequences for one shard's prompts, similar prompt lengths batched together."""
+                cfg: GenConfig, bar: tqdm) -> tuple[list[Sequence], list[int]]:
+    """Sequences for one shard's prompts, similar prompt lengths batched together, and the index (into
+    `prompts`) of each sequence's prompt: the stored order is not the file's order."""
     every = cfg.sample_every if not cfg.teacher else 0
     greedy = [i for i in indices if not (every and i % every == every - 1)]
     sampled = [i for i in indices if i not in set(greedy)]
     seqs: list[Sequence] = []
+    order: list[int] = []
     for group, temp in ((greedy, 0.0), (sampled, cfg.temperature)):
         group = sorted(group, key=lambda i: len(prompts[i]))
+        order += group
         for b in range(0, len(group), cfg.batch_size):
             batch = group[b: b + cfg.batch_size]
             if cfg.teacher:
@@ -247,16 +250,23 @@ def _make_shard(target, tokenizer, prompts: list[list[int]], refs: list[str | No
                                          cfg.seed + batch[0], cfg.context)
             seqs += new
             bar.update(sum(len(s.tokens) - s.start for s in new))
-    return seqs
+    return seqs, order
 
 
 def generate_dataset(target, tokenizer, rows: list[tuple[str, str | None]], out_dir: str | Path,
-                     cfg: GenConfig) -> dict:
-    """Write shards for all (prompt, reference) rows, skipping shards already on disk; returns the manifest."""
+                     cfg: GenConfig, source: dict | None = None, row_ids: list[int] | None = None) -> dict:
+    """Write shards for all (prompt, reference) rows, skipping shards already on disk; returns the manifest.
+
+    Each shard's entry lists `rows` (the prompt file's row number behind each stored sequence, in stored
+    order; `row_ids[i]` for `rows[i]`, default i) and `kinds`, so the prompts behind any sequence, the
+    held-out ones included, can be found again and regenerated. `source` (the prompt file) is recorded too."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     manifest = read_manifest(out)
     manifest["config"] = asdict(cfg)
+    if source is not None:
+        manifest["source"] = source
+    row_ids = list(range(len(rows))) if row_ids is None else row_ids
     prompts = [encode_prompt(tokenizer, p) for p, _ in rows]
     refs = [r for _, r in rows]
     keep = [i for i, p in enumerate(prompts) if len(p) <= cfg.max_prompt_tokens and (refs[i] or not cfg.teacher)]
@@ -267,14 +277,16 @@ def generate_dataset(target, tokenizer, rows: list[tuple[str, str | None]], out_
     for k in todo:
         name = f"shard_{k:05d}.safetensors"
         t0 = time.perf_counter()
-        seqs = _make_shard(target, tokenizer, prompts, refs, keep[k * cfg.shard_prompts:(k + 1) * cfg.shard_prompts],
-                           cfg, bar)
+        seqs, order = _make_shard(target, tokenizer, prompts, refs,
+                                  keep[k * cfg.shard_prompts:(k + 1) * cfg.shard_prompts], cfg, bar)
         write_shard(out / name, seqs)
         manifest["shards"][name] = {
             "sequences": len(seqs),
             "tokens": sum(len(s.tokens) for s in seqs),
             "response_tokens": sum(len(s.tokens) - s.start for s in seqs),
             "seconds": round(time.perf_counter() - t0, 1),
+            "rows": [row_ids[i] for i in order],
+            "kinds": [s.kind for s in seqs],
         }
         (out / "manifest.json.tmp").write_text(json.dumps(manifest, indent=1))
         (out / "manifest.json.tmp").replace(out / "manifest.json")
