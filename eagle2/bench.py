@@ -61,7 +61,7 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
         else:
             _hf(bundle, encoded[0], 8, m == "hf_lookup")
     totals = {m: {"tokens": 0, "wall": 0.0, "forwards": 0, "match": 0} for m in methods}
-    per_prompt, per_forwards = [], []
+    per_prompt, per_forwards, per_tokens = [], [], []
     for i, ids in enumerate(encoded):
         outs, fwds = {}, {}
         for m in methods:
@@ -82,6 +82,7 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
             totals[m]["match"] += int(ref is not None and outs[m] == ref)
         per_prompt.append({m: len(outs[m]) for m in methods})
         per_forwards.append(fwds)
+        per_tokens.append(outs)  # the outputs themselves: runs in other processes can be checked token for token
         progress(f"prompt {i + 1}/{len(encoded)} done")
     base = totals.get("vanilla") or totals.get("hf_greedy")
     base_tps = base["tokens"] / base["wall"] if base else None
@@ -100,7 +101,7 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
             "wall_s": t["wall"],
         }
     return {"methods": result, "prompts": len(encoded), "max_new_tokens": max_new, "per_prompt": per_prompt,
-            "per_prompt_forwards": per_forwards}
+            "per_prompt_forwards": per_forwards, "per_prompt_tokens": per_tokens}
 
 
 def by_category(res: dict, categories: list[str | None]) -> dict[str, dict[str, float | None]]:

@@ -49,3 +49,14 @@ def test_read_rows_keeps_categories(tmp_path):
     f.write_text('{"turns": ["a b", "c"], "category": "writing"}\n\n{"prompt": "d e"}\n')
     assert read_rows(f) == [("a b", "writing"), ("d e", None)]
     assert read_rows(f, 1) == [("a b", "writing")]
+
+
+def test_runs_in_separate_processes_can_be_checked_token_for_token(tiny):
+    """A tau-only run of one method has no greedy reference; its stored outputs let another run's be compared."""
+    def run(methods):
+        return run_bench(_bundle(tiny), ["abcab", "ponm"], methods,
+                         lambda m: DecodeConfig(method=m, max_new_tokens=6), 6, progress=lambda _s: None)
+
+    plain, e2 = run(["vanilla"]), run(["eagle2"])
+    assert [p["eagle2"] for p in e2["per_prompt_tokens"]] == [p["vanilla"] for p in plain["per_prompt_tokens"]]
+    assert [len(p["eagle2"]) for p in e2["per_prompt_tokens"]] == [p["eagle2"] for p in e2["per_prompt"]]
