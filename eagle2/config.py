@@ -71,8 +71,8 @@ class DecodeConfig:
     top_p: float = 1.0
     seed: int = 0
     total_tokens: int = 26     # verified nodes per step, root included (EAGLE-2)
-    depth: int = 5
-    top_k: int = 8
+    depth: int = 6             # drafted levels (EAGLE-2): the authors' 6 levels, 10 expanded per level
+    top_k: int = 10
     tree: tuple[tuple[int, ...], ...] = field(default=())  # static tree (EAGLE-1); empty = preset mc_sim_7b_63
     lookup: bool = False       # EAGLE-2 only: add a prompt-lookup branch (up to `depth` tokens), always verified
 
