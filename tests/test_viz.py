@@ -175,6 +175,23 @@ def test_tree_figure_no_bonus_when_cut_at_eos():
     assert sum(len(t.x) for t in node_traces(fig)) == len(TREE)
 
 
+def test_pruned_labels_give_way_when_they_would_pile_up():
+    """A few pruned nodes keep their labels; a crowd of them (the default tree drafts 510) keeps marks and
+    hover text but no labels, while kept nodes stay labelled."""
+    from viz.tree_figure import PRUNED_LABELS_MAX
+
+    few = tree_figure(make_record())
+    (faded,) = node_traces(few, "pruned")
+    assert list(faded.text) == ["␣x", "y", "z"] and faded.mode == "markers+text"
+    n = len(TREE)
+    crowd = TREE + [(n + j, 7, f"p{j}", 3, j, 0.01, PRUNED, None) for j in range(PRUNED_LABELS_MAX)]
+    fig = tree_figure(make_record(crowd))
+    (faded,) = node_traces(fig, "pruned")
+    assert len(faded.x) == PRUNED_LABELS_MAX + 3 and faded.text is None and faded.mode == "markers"
+    assert all(len(p[4]) > 1 for i, p in node_points(fig).items() if p[3] == "pruned")  # hover data stays
+    assert all(t.text for t in node_traces(fig, "accepted") + node_traces(fig, "rejected"))
+
+
 def test_tree_figure_hides_pruned():
     fig = tree_figure(make_record(), show_pruned=False)
     assert sorted(node_points(fig)) == [0, 1, 2, 3, 4, 5, 6]

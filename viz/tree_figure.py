@@ -18,6 +18,9 @@ from viz.labels import label_html
 from viz.layout import tidy_layout
 
 _FADED = (PRUNED, UNEXPANDED)
+# Above this many pruned nodes their labels overlap into a grey smear (top-k 10 over 6 levels drafts 510
+# nodes), so they keep their marks and hover text but lose the label; kept nodes are always labelled.
+PRUNED_LABELS_MAX = 60
 _BONUS_COLOUR = "#ff7f0e"
 _LOOKUP_COLOUR = "#7b3294"
 _SOURCE = {"draft": "the draft's top-k", "lookup": "prompt lookup only", "both": "the draft and prompt lookup"}
@@ -94,10 +97,11 @@ def _edge_trace(cls: str, segments: list[tuple[tuple[float, float], tuple[float,
 
 def _node_trace(cls: str, nodes: list[Node], pos: dict[int, tuple[float, float]]) -> go.Scatter:
     name, symbol, ring, ring_w, opacity, text_colour = _NODE_STYLE[cls]
+    labelled = cls != "pruned" or len(nodes) <= PRUNED_LABELS_MAX
     return go.Scatter(
         x=[pos[n.id][0] for n in nodes], y=[pos[n.id][1] for n in nodes],
-        mode="markers+text", name=name, legendgroup=cls, meta={"nodes": cls},
-        text=[label_html(n.text, 8) for n in nodes], textposition="bottom center",
+        mode="markers+text" if labelled else "markers", name=name, legendgroup=cls, meta={"nodes": cls},
+        text=[label_html(n.text, 8) for n in nodes] if labelled else None, textposition="bottom center",
         textfont=dict(size=11, color=text_colour),
         marker=dict(
             size=18 if cls == "root" else 15, symbol=symbol, opacity=opacity,
