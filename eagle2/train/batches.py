@@ -13,9 +13,14 @@ import torch
 from .data import GREEDY, Sequence, load_sequences, read_manifest
 
 
+def held_out_positions(kinds: list[int], every: int) -> list[int]:
+    """Positions (in stored order) of the held-out sequences: every n-th one, if it is a greedy response."""
+    return [i for i, k in enumerate(kinds) if k == GREEDY and i % every == 0]
+
+
 def split(seqs: list[Sequence], every: int) -> tuple[list[Sequence], list[Sequence]]:
     """(train, held-out): every n-th greedy response is held out, stable as more shards arrive."""
-    held = {i for i, s in enumerate(seqs) if s.kind == GREEDY and i % every == 0}
+    held = set(held_out_positions([s.kind for s in seqs], every))
     return [s for i, s in enumerate(seqs) if i not in held], [seqs[i] for i in sorted(held)]
 
 
@@ -28,7 +33,7 @@ def heldout_rows(data_dir: str | Path, every: int) -> list[int]:
                          "(written before they were recorded); the held-out prompts cannot be found from it")
     rows = [r for name in sorted(shards) for r in shards[name]["rows"]]
     kinds = [k for name in sorted(shards) for k in shards[name]["kinds"]]
-    return [rows[i] for i in range(len(rows)) if kinds[i] == GREEDY and i % every == 0]
+    return [rows[i] for i in held_out_positions(kinds, every)]
 
 
 def load_split(data_dirs: str | Path | list, every: int,

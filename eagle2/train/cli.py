@@ -34,15 +34,14 @@ def cmd_generate(args: argparse.Namespace) -> None:
     """Self-distil: the target answers the prompts; its tokens and features go to shards."""
     from .data import GenConfig, generate_dataset, measure_throughput, read_rows
 
-    rows, row_ids = read_rows(args.prompts), None
+    rows = read_rows(args.prompts)
     if args.rows:
         if args.skip or args.limit:
             raise SystemExit("error: --rows picks the prompts itself; leave out --skip and --limit")
         row_ids = _read_row_list(args.rows, len(rows))
-        rows = [rows[i] for i in row_ids]
     else:
-        row_ids = list(range(args.skip, args.skip + len(rows[args.skip:][: args.limit or None])))
-        rows = [rows[i] for i in row_ids]
+        row_ids = list(range(len(rows)))[args.skip:][: args.limit or None]
+    rows = [rows[i] for i in row_ids]
     target, tok = _load_target(args)
     if args.probe:
         sizes = [int(b) for b in args.probe.split(",")]
