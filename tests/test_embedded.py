@@ -1,7 +1,6 @@
 """The real embedded model (SmolLM2-135M-Instruct, float32 CPU): every method equals transformers' greedy generate."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -9,6 +8,7 @@ import torch
 
 from eagle2 import kernels
 from eagle2.api import run
+from eagle2.bench import read_prompts
 from eagle2.config import DecodeConfig
 from eagle2.engine import encode_prompt
 
@@ -86,8 +86,8 @@ def test_partial_utf8_tokens_are_shown_by_their_bytes(embedded):
 def test_lookup_branch_is_accepted_where_the_answer_copies_the_prompt(embedded):
     # an extraction prompt of the copy-heavy bench set: the answer copies dates from the prompt word for word
     # (a "repeat this sentence" prompt is not enough: this model rewords the sentence)
-    rows = (Path(__file__).resolve().parent.parent / "assets" / "bench" / "copy_heavy.jsonl").read_text().splitlines()
-    ids = encode_prompt(embedded.tokenizer, json.loads(rows[1])["turns"][0])
+    prompt = read_prompts(Path(__file__).resolve().parent.parent / "assets" / "bench" / "copy_heavy.jsonl")[1]
+    ids = encode_prompt(embedded.tokenizer, prompt)
     ref = greedy_reference(embedded, ids, 40)
     plain = run(embedded, ids, DecodeConfig(max_new_tokens=40))
     looked = run(embedded, ids, DecodeConfig(max_new_tokens=40, lookup=True))
