@@ -114,11 +114,18 @@ def tune(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes=None,
     for i, ids in enumerate(prompts):
         say(f"tuning: warm-up decode {i + 1}/{len(prompts)} ({big.total_tokens} nodes, depth {big.depth})")
         records += [r for r, _ in _timed_steps(dec, ids, big)]
-    rest = {}  # ms of a step outside verify at each depth: drafting, commit, building the record
-    for d in depths:
-        say(f"tuning: timing drafting at depth {d}")
-        steps = _timed_steps(dec, prompts[0], replace(big, depth=d, total_tokens=min(sizes), max_new_tokens=24))
-        rest[d] = statistics.median(ms - r.verify_ms for r, ms in steps)
+    # ms of a step outside verify at each depth: drafting, commit, building the record. Timed with every
+    # level fully drafted: the early cut (`tree.cutoff`) drafts less the fewer nodes are kept, so timing it
+    # at the smallest size would flatter the larger ones; the full cost is an upper bound for every size.
+    rest, prune = {}, dec.prune
+    try:
+        dec.prune = False
+        for d in depths:
+            say(f"tuning: timing drafting at depth {d}")
+            steps = _timed_steps(dec, prompts[0], replace(big, depth=d, total_tokens=min(sizes), max_new_tokens=24))
+            rest[d] = statistics.median(ms - r.verify_ms for r, ms in steps)
+    finally:
+        dec.prune = prune
     say("tuning: timing verify at " + ", ".join(map(str, sizes)) + " nodes")
     verify = time_verify(dec, prompts[0], tuple(sizes))
     options = [Option(n, d, replay_tau(records, n, d), rest[d] + verify[n]) for n in sizes for d in depths]

@@ -20,7 +20,7 @@ from .config import DecodeConfig
 from .lookup import continuation
 from .records import KEPT, PRUNED, ROOT, UNEXPANDED, Node, StepRecord
 from .tokens import TokenText
-from .tree import Candidate, additive_mask, select_dynamic, static_children, tree_inputs
+from .tree import Candidate, additive_mask, cutoff, select_dynamic, static_children, tree_inputs
 from .verify import accept_greedy, accept_sampling, sample_token
 
 
@@ -81,6 +81,9 @@ class Decoder:
         self.draft_col = {} if self.draft_ids is None else {t: j for j, t in enumerate(self.draft_ids.tolist())}
         # With oneDNN kernels (eagle2/kernels.py) the draft's rows are packed once as well.
         self.draft_packed = kernels.pack(self.draft_w) if kernels.patched(self.lm_head) else None
+        # EAGLE-2 skips expanding nodes that can no longer reach the kept tree (`tree.cutoff`): the kept
+        # tree is the same, the drafting cheaper. Off only to check that claim.
+        self.prune = True
 
     # ---- helpers -------------------------------------------------------------------------------
     def _text(self, token: int) -> str:
@@ -186,6 +189,8 @@ class Decoder:
     def _grow_dynamic(self, st: _State, pool: list[Candidate], feats: dict[int, torch.Tensor], drafted: list[int],
                       cfg: DecodeConfig) -> list[int]:
         """EAGLE-2: expand the top_k most confident nodes per level, then keep the best total_tokens - 1 overall.
+        A node scoring no better than the pool's (total_tokens - 1)-th best is not expanded, since none of its
+        descendants could be kept; drafting stops early when no frontier node can still make the cut.
         With `cfg.lookup`, a prompt-lookup continuation rides along as one more branch: each of its tokens is
         scored by the draft like any other node, it is expanded with its level, and it is always verified,
         inside the same budget (it takes the places of the weakest drafted nodes)."""
@@ -194,10 +199,15 @@ class Decoder:
         on_chain = [i for i in frontier if pool[i].source != "draft"]  # one node per level, or none
         for d in range(1, cfg.depth):
             nodes = sorted(frontier, key=lambda i: -pool[i].score)[:cfg.top_k]  # best by cumulative score
+            if self.prune:
+                cut = cutoff(pool, cfg.total_tokens - 1)
+                nodes = [i for i in nodes if pool[i].score > cut]
             extra = {}
             if len(on_chain) == d and d < len(chain):
                 nodes = nodes if on_chain[-1] in nodes else nodes + [on_chain[-1]]
                 extra = {on_chain[-1]: chain[d]}
+            if not nodes:
+                break
             frontier = self._expand(st, pool, feats, drafted, nodes, cfg.top_k, extra)
             on_chain += [i for i in frontier if pool[i].source != "draft"]
         return select_dynamic(pool, cfg.total_tokens - 1, forced=on_chain)

@@ -6,6 +6,8 @@ the parents list; both tree kinds and the draft head's level-by-level drafting g
 """
 from __future__ import annotations
 
+import heapq
+import math
 from dataclasses import dataclass
 
 import torch
@@ -99,6 +101,17 @@ def select_dynamic(pool: list[Candidate], keep: int, forced: list[int] | tuple[i
         if p != 0 and p not in chosen:
             raise AssertionError(f"rerank kept node {i} without its parent {p}")
     return [0] + sorted(chosen, key=lambda i: (pool[i].depth, i))
+
+
+def cutoff(pool: list[Candidate], keep: int) -> float:
+    """The score a drafted node's descendants must beat to ever be among the best `keep` of this pool.
+
+    Scores never rise along a path and the pool only grows, so a node scoring at or below the keep-th best
+    drafted score so far has no descendant the rerank could keep (a later node ties after earlier ones):
+    expanding it would only draft nodes `select_dynamic` prunes. -inf while the pool has fewer nodes."""
+    if len(pool) - 1 < keep:
+        return -math.inf
+    return heapq.nlargest(keep, (c.score for c in pool[1:]))[-1]
 
 
 def static_children(paths: tuple[tuple[int, ...], ...]) -> dict[tuple[int, ...], list[int]]:

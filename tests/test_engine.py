@@ -37,7 +37,9 @@ def test_greedy_equals_generate(tiny, method):
 def test_dynamic_tree_invariants(tiny):
     target, head, tok = tiny
     cfg = DecodeConfig(method="eagle2", max_new_tokens=12, total_tokens=10, depth=4, top_k=3)
-    recs = list(Decoder(target, head, tok).run(PROMPT, cfg))[1:]
+    dec = Decoder(target, head, tok)
+    dec.prune = False  # the paper's drafting: every level expands its top_k
+    recs = list(dec.run(PROMPT, cfg))[1:]
     for r in recs:
         by_id = {n.id: n for n in r.nodes}
         kept = [n for n in r.nodes if n.status in (ROOT, KEPT)]
@@ -52,6 +54,49 @@ def test_dynamic_tree_invariants(tiny):
         for n in r.nodes[1:]:
             assert n.score == pytest.approx(by_id[n.parent].score + torch.tensor(n.prob).log().item(), abs=1e-4)
         assert all(by_id[i].verdict == ACCEPTED for i in r.accepted)
+
+
+def kept_paths(r: StepRecord) -> set[tuple[int, ...]]:
+    """Each kept node as the token path from the root: comparable across runs whatever the node ids."""
+    by_id = {n.id: n for n in r.nodes}
+
+    def path(n):
+        return (path(by_id[n.parent]) if n.parent >= 0 else ()) + (n.token,)
+    return {path(n) for n in r.nodes if n.status in (ROOT, KEPT)}
+
+
+def confident_head(target, scale: float):
+    """A random head whose output layers are scaled up, so its draft is peaked and deep paths make the cut."""
+    from eagle2.head import new_head
+
+    head = new_head(target, seed=1)
+    with torch.no_grad():
+        for name, p in head.named_parameters():
+            if any(k in name for k in ("fc", "o_proj", "down_proj")):
+                p.mul_(scale)
+    return head
+
+
+@pytest.mark.parametrize("std,scale", [(0.02, 16.0), (1.0, 4.0)])
+@pytest.mark.parametrize("lookup", [False, True])
+def test_pruned_drafting_keeps_the_same_tree(tiny, std, scale, lookup):
+    """Not expanding nodes at or below the cut drafts fewer nodes but keeps exactly the tree full drafting
+    keeps. (With a random flat draft only shallow nodes are ever kept, which would not test the cut: these
+    heads keep paths 4-6 deep, and cutting at the (keep - 1)-th best instead of the keep-th changes the tree.)"""
+    from tests.conftest import tiny_target
+
+    target = tiny_target(vocab=16, std=std)
+    head, tok = confident_head(target, scale), tiny[2]
+    prompt = PROMPT + PROMPT  # repeats, so the lookup branch has something to continue
+    cfg = DecodeConfig(method="eagle2", max_new_tokens=24, total_tokens=10, depth=5, top_k=3, lookup=lookup)
+    full_dec, pruned_dec = Decoder(target, head, tok), Decoder(target, head, tok)
+    full_dec.prune = False
+    full, pruned = list(full_dec.run(prompt, cfg))[1:], list(pruned_dec.run(prompt, cfg))[1:]
+    assert max(len(p) for r in full for p in kept_paths(r)) >= 5  # root + 4 levels: the cut matters here
+    assert [r.new_tokens for r in pruned] == [r.new_tokens for r in full]
+    assert [kept_paths(r) for r in pruned] == [kept_paths(r) for r in full]
+    drafted = [(len(p.nodes), len(f.nodes)) for p, f in zip(pruned, full)]
+    assert all(a <= b for a, b in drafted) and any(a < b for a, b in drafted), drafted
 
 
 def test_static_tree_shape_is_the_preset(tiny):
