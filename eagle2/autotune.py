@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass, replace
 from types import SimpleNamespace
 
 import torch
-from transformers import DynamicCache
 
+from .cache import new_cache
 from .config import DecodeConfig
 from .engine import Decoder, truncate
 from .records import StepRecord
@@ -75,7 +75,7 @@ def replay_tau(records: list[StepRecord], total_tokens: int, depth: int) -> floa
 @torch.inference_mode()
 def time_verify(dec: Decoder, prompt_ids: list[int], sizes: tuple[int, ...], reps: int = 3) -> dict[int, float]:
     """Median ms of the engine's verify (tree mask, forward over the cache, lm_head) for `n` nodes."""
-    cache = DynamicCache(config=dec.target.config)
+    cache = new_cache(dec.target.config)  # the engine's own cache
     dec.body(input_ids=torch.tensor([prompt_ids], device=dec.device), cache=cache, use_cache=True)
     past, st, out = len(prompt_ids), SimpleNamespace(target_cache=cache), {}
     for n in sizes:

@@ -2,7 +2,7 @@
 
 One loop serves EAGLE-2 (dynamic tree), EAGLE-1 (static tree) and plain decoding (an empty tree).
 The target is a stock transformers causal LM driven with a 4D additive mask, explicit position ids and
-its own DynamicCache; after each verify only the prefix and the accepted path stay in that cache.
+its own DynamicCache (eagle2/cache.py: layers with room to grow); after each verify only the prefix and the accepted path stay in that cache.
 The draft head's cache likewise keeps committed positions only.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ import torch
 from transformers import DynamicCache
 
 from . import kernels
+from .cache import keep_positions, new_cache
 from .config import DecodeConfig
 from .lookup import continuation
 from .records import KEPT, PRUNED, ROOT, UNEXPANDED, Node, StepRecord
@@ -25,13 +26,6 @@ from .verify import accept_greedy, accept_sampling, sample_token
 
 
 LOG_FLOOR = -69.0  # about log(1e-30): the score of a lookup token the draft gives (almost) no probability
-
-
-def keep_positions(cache: DynamicCache, keep: torch.Tensor) -> None:
-    """Keep only the sequence positions `keep` in every layer of a DynamicCache."""
-    for layer in cache.layers:
-        layer.keys = layer.keys.index_select(-2, keep)
-        layer.values = layer.values.index_select(-2, keep)
 
 
 def truncate(cache: DynamicCache, length: int) -> None:
@@ -98,10 +92,10 @@ class Decoder:
     def prefill(self, prompt_ids: list[int], cfg: DecodeConfig, gen) -> tuple[_State, StepRecord]:
         t0 = self._sync()
         ids = torch.tensor([prompt_ids], device=self.device)
-        cache = DynamicCache(config=self.target.config)
+        cache = new_cache(self.target.config)
         h = self.body(input_ids=ids, cache=cache, use_cache=True).last_hidden_state  # (1, P, H)
         first = sample_token(self.lm_head(h[0, -1]), cfg.temperature, cfg.top_p, gen)
-        state = _State(target_cache=cache, head_cache=DynamicCache(config=self.head.config), head_len=0,
+        state = _State(target_cache=cache, head_cache=new_cache(self.head.config), head_len=0,
                        pend_feats=h, pend_tokens=torch.tensor([prompt_ids[1:] + [first]], device=self.device),
                        root=first, history=list(prompt_ids) + [first], produced=1)
         ms = (self._sync() - t0) * 1e3
@@ -256,7 +250,7 @@ class Decoder:
     def commit(self, st: _State, path: list[int], tokens: list[int], bonus: int, h: torch.Tensor, past: int) -> None:
         """Keep prefix + root + accepted path in the target cache; queue the new pairs for the head."""
         rows = torch.tensor([0] + path, device=self.device)
-        keep_positions(st.target_cache, torch.cat([torch.arange(past, device=self.device), past + rows]))
+        keep_positions(st.target_cache, past, past + rows)
         st.pend_feats = h.index_select(0, rows)[None]
         st.pend_tokens = torch.tensor([[tokens[i] for i in path] + [bonus]], device=self.device)
         st.root = bonus
