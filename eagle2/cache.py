@@ -53,13 +53,18 @@ class RoomyLayer(DynamicLayer):
     def keep(self, start: int, rows: torch.Tensor) -> None:
         """Keep the first `start` positions followed by positions `rows` (>= start, increasing), in place."""
         if not self._owns_keys():
-            keep = torch.cat([torch.arange(start, device=rows.device), rows])
-            self.keys, self.values = self.keys.index_select(-2, keep), self.values.index_select(-2, keep)
+            select_positions(self, start, rows)
             return
         m = rows.numel()
         self._k[..., start:start + m, :] = self._k.index_select(-2, rows)  # gathered first: overlap is safe
         self._v[..., start:start + m, :] = self._v.index_select(-2, rows)
         self.keys, self.values = self._k[..., :start + m, :], self._v[..., :start + m, :]
+
+
+def select_positions(layer: DynamicLayer, start: int, rows: torch.Tensor) -> None:
+    """Keep the first `start` positions and then `rows`, by copying (any layer)."""
+    keep = torch.cat([torch.arange(start, device=rows.device), rows])
+    layer.keys, layer.values = layer.keys.index_select(-2, keep), layer.values.index_select(-2, keep)
 
 
 def new_cache(config) -> DynamicCache:
@@ -75,6 +80,4 @@ def keep_positions(cache: DynamicCache, start: int, rows: torch.Tensor) -> None:
         if isinstance(layer, RoomyLayer):
             layer.keep(start, rows)
         else:
-            keep = torch.cat([torch.arange(start, device=rows.device), rows])
-            layer.keys = layer.keys.index_select(-2, keep)
-            layer.values = layer.values.index_select(-2, keep)
+            select_positions(layer, start, rows)

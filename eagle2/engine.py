@@ -2,7 +2,8 @@
 
 One loop serves EAGLE-2 (dynamic tree), EAGLE-1 (static tree) and plain decoding (an empty tree).
 The target is a stock transformers causal LM driven with a 4D additive mask, explicit position ids and
-its own DynamicCache (eagle2/cache.py: layers with room to grow); after each verify only the prefix and the accepted path stay in that cache.
+its own DynamicCache (with layers that have room to grow, eagle2/cache.py); after each verify only the
+prefix and the accepted path stay in that cache.
 The draft head's cache likewise keeps committed positions only.
 """
 from __future__ import annotations

@@ -18,6 +18,7 @@ def same(a, b) -> None:
 
 
 def keep_reference(layer: DynamicLayer, start: int, rows: torch.Tensor) -> None:
+    """What the engine did before RoomyLayer: copy the kept positions out of the whole cache."""
     keep = torch.cat([torch.arange(start), rows])
     layer.keys, layer.values = layer.keys.index_select(-2, keep), layer.values.index_select(-2, keep)
 
