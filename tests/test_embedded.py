@@ -1,15 +1,13 @@
 """The real embedded model (SmolLM2-135M-Instruct, float32 CPU): every method equals transformers' greedy generate."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
 from eagle2 import kernels
 from eagle2.api import run
 from eagle2.bench import read_prompts
-from eagle2.config import DecodeConfig
+from eagle2.config import ASSETS, DecodeConfig
 from eagle2.engine import encode_prompt
 
 pytestmark = pytest.mark.slow
@@ -86,7 +84,7 @@ def test_partial_utf8_tokens_are_shown_by_their_bytes(embedded):
 def test_lookup_branch_is_accepted_where_the_answer_copies_the_prompt(embedded):
     # an extraction prompt of the copy-heavy bench set: the answer copies dates from the prompt word for word
     # (a "repeat this sentence" prompt is not enough: this model rewords the sentence)
-    prompt = read_prompts(Path(__file__).resolve().parent.parent / "assets" / "bench" / "copy_heavy.jsonl")[1]
+    prompt = read_prompts(ASSETS / "bench" / "copy_heavy.jsonl")[1]
     ids = encode_prompt(embedded.tokenizer, prompt)
     ref = greedy_reference(embedded, ids, 40)
     plain = run(embedded, ids, DecodeConfig(max_new_tokens=40))
