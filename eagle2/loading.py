@@ -156,6 +156,7 @@ def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", k
     `kernels`: `onednn` runs every float32 CPU linear layer of both through prepacked oneDNN matmuls
     (eagle2/kernels.py), `torch` keeps PyTorch's default; `auto` means onednn where it applies."""
     from . import kernels as k
+    from .attention import use_tree_sdpa
     from .head import load_head, new_head
 
     if kernels not in KERNELS:
@@ -178,6 +179,9 @@ def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", k
                 raise ValueError(f"kernels=onednn: oneDNN could not pack the weights ({_first_line(e)})") from None
     elif kernels == "onednn":
         raise ValueError("kernels=onednn needs float32 weights on a CPU with oneDNN; use kernels=torch")
+    if dev.type == "cpu":  # on CUDA a masked grouped-head SDPA falls back to the slow math kernel
+        use_tree_sdpa(target)
+        use_tree_sdpa(h)
     return Bundle(target=target, tokenizer=tok, head=h, device=dev, dtype=dtype,
                   model_name=("SmolLM2-135M-Instruct (embedded GGUF)" if model == EMBEDDED else model),
                   head_name=getattr(h, "source", str(head)), kernels=used)
