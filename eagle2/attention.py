@@ -25,8 +25,8 @@ def tree_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, v
               **kwargs) -> tuple[torch.Tensor, None]:
     """(B, heads, Q, D) queries over (B, kv_heads, K, D) keys/values -> (B, Q, heads, D), as `sdpa`."""
     grouped = getattr(module, "num_key_value_groups", 1) > 1
-    plain = kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None
-    if not grouped or attention_mask is None or query.shape[2] == 1 or dropout or plain:
+    special = kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None
+    if not grouped or attention_mask is None or query.shape[2] == 1 or dropout or special:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
