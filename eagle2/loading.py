@@ -154,7 +154,8 @@ KERNELS = ("auto", "onednn", "torch")
 def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", kernels: str = "auto") -> Bundle:
     """Load target + head. `head=None` takes the shipped head for the embedded model, else a random one.
     `kernels`: `onednn` runs every float32 CPU linear layer of both through prepacked oneDNN matmuls
-    (eagle2/kernels.py), `torch` keeps PyTorch's default; `auto` means onednn where it applies."""
+    (eagle2/kernels.py), `torch` keeps PyTorch's default; `auto` means onednn where it applies. On a CPU both
+    also attend through `attention.tree_sdpa` (same numbers, no copy of grouped key/value heads)."""
     from . import kernels as k
     from .attention import use_tree_sdpa
     from .head import load_head, new_head
