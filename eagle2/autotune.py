@@ -24,9 +24,10 @@ from .engine import Decoder, truncate
 from .records import StepRecord
 from .tree import select_dynamic
 
-SIZES = (4, 6, 8, 10, 12, 16, 20, 26, 32, 40, 48, 60)
-DEPTHS = (2, 3, 4, 5, 6, 7)
-WARMUP_TOKENS = 48  # new tokens per warm-up prompt
+SIZES = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 26, 32, 40, 48, 60)
+DEPTHS = (1, 2, 3, 4, 5, 6, 7)
+WARMUP_TOKENS = 32  # new tokens per warm-up prompt
+VERIFY_CONTEXT = 192  # tokens in the cache while verify is timed: a prompt plus half of a 128-token answer
 
 
 @dataclass(frozen=True)
@@ -73,21 +74,26 @@ def replay_tau(records: list[StepRecord], total_tokens: int, depth: int) -> floa
 
 
 @torch.inference_mode()
-def time_verify(dec: Decoder, prompt_ids: list[int], sizes: tuple[int, ...], reps: int = 3) -> dict[int, float]:
-    """Median ms of the engine's verify (tree mask, forward over the cache, lm_head) for `n` nodes."""
+def time_verify(dec: Decoder, prompt_ids: list[int], sizes: tuple[int, ...], reps: int = 5,
+                context: int = VERIFY_CONTEXT) -> dict[int, float]:
+    """Median ms of the engine's verify (tree mask, forward over the cache, lm_head) for `n` nodes, over a
+    cache of `context` tokens (the prompt repeated: attention's cost grows with the cache, so timing over a
+    short prompt alone would flatter big trees). The sizes take turns within each round, so a slow spell of
+    the machine costs every size alike instead of shifting the choice; the first round only warms up."""
+    ids = (prompt_ids * (context // len(prompt_ids) + 1))[:max(context, 1)]
     cache = new_cache(dec.target.config)  # the engine's own cache
-    dec.body(input_ids=torch.tensor([prompt_ids], device=dec.device), cache=cache, use_cache=True)
-    past, st, out = len(prompt_ids), SimpleNamespace(target_cache=cache), {}
-    for n in sizes:
-        parents = [-1] + [(i - 1) // 3 for i in range(1, n)]  # a bushy tree; the cost depends on n only
-        runs = []
-        for _ in range(reps + 1):  # the first run warms up this shape
+    dec.body(input_ids=torch.tensor([ids], device=dec.device), cache=cache, use_cache=True)
+    past, st = len(ids), SimpleNamespace(target_cache=cache)
+    runs: dict[int, list[float]] = {n: [] for n in sizes}
+    for rnd in range(reps + 1):
+        for n in sizes:
+            parents = [-1] + [(i - 1) // 3 for i in range(1, n)]  # a bushy tree; the cost depends on n only
             t0 = dec._sync()
-            dec.verify(st, parents, prompt_ids[-1:] * n)
-            runs.append((dec._sync() - t0) * 1e3)
+            dec.verify(st, parents, ids[-1:] * n)
+            if rnd:
+                runs[n].append((dec._sync() - t0) * 1e3)
             truncate(cache, past)
-        out[n] = statistics.median(runs[1:])
-    return out
+    return {n: statistics.median(v) for n, v in runs.items()}
 
 
 def _timed_steps(dec: Decoder, ids: list[int], cfg: DecodeConfig) -> list[tuple[StepRecord, float]]:
@@ -133,14 +139,16 @@ def tune(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes=None,
     return options[0], options
 
 
-def warmup_texts(n: int = 2) -> list[str]:
-    """The first `n` shipped example prompts (not any benchmark's prompts: tuning on the prompts a benchmark
-    then measures would flatter the result)."""
+def warmup_texts(n: int | None = None) -> list[str]:
+    """The shipped tuning prompts (`assets/tuning.json`, the first `n`; all by default): one per kind of chat
+    task (writing, roleplay, reasoning, math, coding, extraction, science, humanities), written for this
+    project. Not any benchmark's prompts, since tuning on the prompts a benchmark then measures would flatter
+    it; and not only easy ones, since a warm-up that accepts more than the real work does picks trees too deep."""
     import json
 
     from .config import ASSETS
 
-    return [row["prompt"] for row in json.loads((ASSETS / "examples.json").read_text())[:n]]
+    return [row["prompt"] for row in json.loads((ASSETS / "tuning.json").read_text())[:n]]
 
 
 def describe(best: Option, options: list[Option], top: int = 6) -> str:
