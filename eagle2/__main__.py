@@ -26,7 +26,7 @@ def wants_tuning(args: argparse.Namespace, methods: list[str]) -> bool:
 
 
 def resolve_auto(args: argparse.Namespace, bundle) -> None:
-    """Tune EAGLE-2's nodes and depth on this machine (a warm-up on the shipped examples, under a minute on
+    """Tune EAGLE-2's nodes and depth on this machine (a warm-up on the shipped tuning prompts, about a minute on
     2 CPU cores) and put the choice into args."""
     from .api import decoder_for
     from .autotune import describe, tune, warmup_texts
