@@ -5,7 +5,8 @@ both sides are measured: a warm-up decode with a large tree records every drafte
 choice after each verified one, so the accept length any smaller tree (top-n nodes of depth <= d by score,
 exactly what EAGLE-2 would keep) would have had on the same steps can be replayed from the records; the cost
 of verifying n nodes is timed with the engine's own verify, and the rest of a step (drafting, commit, the
-record) by short timed runs at each depth.
+record) by short timed runs at each depth. Of the options predicted near the fastest it keeps the smallest
+tree (`choose`), since near the top the predictions differ by less than their error.
 On a GPU verifying 60 nodes costs about one forward and big trees win; on a CPU each node costs ~2 ms here,
 so the best tree is small. Greedy only: sampling accepts at other rates.
 """
@@ -27,6 +28,7 @@ from .tree import select_dynamic
 SIZES = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 26, 32, 40, 48, 60)
 DEPTHS = (1, 2, 3, 4, 5, 6, 7)
 WARMUP_TOKENS = 32  # new tokens per warm-up prompt
+MARGIN = 0.03  # prefer the smallest tree predicted within this share of the fastest (see `choose`)
 VERIFY_CONTEXT = 192  # tokens in the cache while verify is timed: a prompt plus half of a 128-token answer
 
 
@@ -47,30 +49,50 @@ class Option:
         return {**asdict(self), "tokens_per_s": self.tokens_per_s}
 
 
-def replay_tau(records: list[StepRecord], total_tokens: int, depth: int) -> float:
-    """Mean accept length the tree of the `total_tokens - 1` best-scored drafted nodes of depth <= `depth`
-    would have had on these steps, walking the target's recorded choices from the root.
+def _replayed(r: StepRecord, total_tokens: int, depth: int) -> int:
+    """Tokens one recorded step would have produced with the tree of the `total_tokens - 1` best-scored drafted
+    nodes of depth <= `depth`, walking the target's recorded choices from the root.
 
     A record lists its nodes in drafting order, level by level, so the nodes of depth <= `depth` are a prefix
     of it: that prefix is the pool a `depth`-level draft would have grown, and the engine's own rerank
     (`select_dynamic`) picks from it."""
+    pool = [n for n in r.nodes if n.depth <= depth]
+    if len(pool) < len(r.nodes) and r.nodes[len(pool)].depth <= depth:
+        raise ValueError("a record's nodes are not in drafting order")
+    keep = set(select_dynamic(pool, total_tokens - 1))
+    node, accepted = r.nodes[0], 0
+    while node.target_token is not None:
+        nxt = [n for n in pool if n.parent == node.id and n.id in keep and n.token == node.target_token]
+        if not nxt:
+            break
+        node, accepted = nxt[0], accepted + 1
+    return accepted + 1
+
+
+def replay_tau(records: list[StepRecord], total_tokens: int, depth: int) -> float:
+    """Mean accept length the smaller tree (see `_replayed`) would have had on these recorded steps."""
     steps = [r for r in records if r.nodes]
     if not steps:
         raise ValueError("no drafted steps to replay")
-    got = 0
-    for r in steps:
-        pool = [n for n in r.nodes if n.depth <= depth]
-        if len(pool) < len(r.nodes) and r.nodes[len(pool)].depth <= depth:
-            raise ValueError("a record's nodes are not in drafting order")
-        keep = set(select_dynamic(pool, total_tokens - 1))
-        node, accepted = r.nodes[0], 0
-        while node.target_token is not None:
-            nxt = [n for n in pool if n.parent == node.id and n.id in keep and n.token == node.target_token]
-            if not nxt:
-                break
-            node, accepted = nxt[0], accepted + 1
-        got += accepted + 1
-    return got / len(steps)
+    return sum(_replayed(r, total_tokens, depth) for r in steps) / len(steps)
+
+
+def replay_runs(runs: list[list[StepRecord]], total_tokens: int, depth: int) -> float:
+    """Accept length of the smaller tree over several decodes, as a bench counts it: all their tokens over
+    all the steps it would have taken. A decode that the big tree covered in few steps (an answer that
+    repeats itself) would take the small tree many more, so pooling the recorded steps would underweight it
+    and overrate big trees: each decode's tokens are divided by its own replayed accept length instead
+    (tokens / tau steps). Replay against real decodes of the eight tuning prompts at 128 tokens: within
+    1.4% for 3-10 nodes at depths 2-4, where pooling the steps was 0.6-2.7% low."""
+    tokens = steps = 0.0
+    for records in runs:
+        drafted = [r for r in records if r.nodes]
+        if drafted:
+            n = sum(len(r.accepted) + 1 for r in drafted)  # the tokens those steps covered
+            tokens, steps = tokens + n, steps + n / replay_tau(drafted, total_tokens, depth)
+    if not steps:
+        raise ValueError("no drafted steps to replay")
+    return tokens / steps
 
 
 @torch.inference_mode()
@@ -110,16 +132,16 @@ def _timed_steps(dec: Decoder, ids: list[int], cfg: DecodeConfig) -> list[tuple[
 def tune(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes=None, depths=None,
          max_new_tokens: int | None = None, progress=None) -> tuple[Option, list[Option]]:
     """Warm up on `prompts` with the largest tree, time each depth's drafting and each size's verify, and
-    return the option with the most tokens per second and every option considered (best first)."""
+    return the chosen option (`choose`) and every option considered (fastest first)."""
     say = progress or (lambda _msg: None)
     sizes, depths = sizes or SIZES, depths or DEPTHS
     max_new_tokens = max_new_tokens or WARMUP_TOKENS
     big = replace(base, method="eagle2", temperature=0.0, lookup=False, total_tokens=max(sizes), depth=max(depths),
                   max_new_tokens=max_new_tokens)
-    records: list[StepRecord] = []
+    runs: list[list[StepRecord]] = []
     for i, ids in enumerate(prompts):
         say(f"tuning: warm-up decode {i + 1}/{len(prompts)} ({big.total_tokens} nodes, depth {big.depth})")
-        records += [r for r, _ in _timed_steps(dec, ids, big)]
+        runs.append([r for r, _ in _timed_steps(dec, ids, big)])
     # ms of a step outside verify at each depth: drafting, commit, building the record. Timed with every
     # level fully drafted: the early cut (`tree.cutoff`) drafts less the fewer nodes are kept, so timing it
     # at the smallest size would flatter the larger ones; the full cost is an upper bound for every size.
@@ -134,9 +156,23 @@ def tune(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes=None,
         dec.prune = prune
     say("tuning: timing verify at " + ", ".join(map(str, sizes)) + " nodes")
     verify = time_verify(dec, prompts[0], tuple(sizes))
-    options = [Option(n, d, replay_tau(records, n, d), rest[d] + verify[n]) for n in sizes for d in depths]
+    options = [Option(n, d, replay_runs(runs, n, d), rest[d] + verify[n]) for n in sizes for d in depths]
     options.sort(key=lambda o: -o.tokens_per_s)
-    return options[0], options
+    return choose(options), options
+
+
+def choose(options: list[Option], margin: float = MARGIN) -> Option:
+    """The smallest tree (fewest nodes, then fewest levels) predicted within `margin` of the fastest option.
+
+    Near the top the predictions differ by less than their error: the warm-up's accept lengths come from a
+    few dozen steps, and prompts that accept more than the real work (answers that repeat themselves) favour
+    deep trees most. In one tuning (session 16) the seven fastest predictions lay within 1.5% of each other.
+    Measured on MT-bench, the tuner's pick of 10 nodes at depth 4 ran 8% slower than 4 nodes at depth 2 on
+    the writing prompts, while on mixed prompts 4-8 nodes ran within 2% of each other: among near-ties a
+    small tree loses little and can gain much."""
+    fastest = max(o.tokens_per_s for o in options)
+    near = [o for o in options if o.tokens_per_s >= (1 - margin) * fastest]
+    return min(near, key=lambda o: (o.total_tokens, o.depth))
 
 
 def warmup_texts(n: int | None = None) -> list[str]:
@@ -152,10 +188,12 @@ def warmup_texts(n: int | None = None) -> list[str]:
 
 
 def describe(best: Option, options: list[Option], top: int = 6) -> str:
-    """A short table of the best options, as the command line prints it."""
+    """A short table of the fastest predicted options (the chosen one marked), as the command line prints it."""
     rows = [f"tuned for this machine: {best.total_tokens} nodes, depth {best.depth} "
-            f"(replayed tau {best.tau:.2f}, {best.step_ms:.0f} ms a step, {best.tokens_per_s:.1f} tokens/s predicted)"]
+            f"(replayed tau {best.tau:.2f}, {best.step_ms:.0f} ms a step, {best.tokens_per_s:.1f} tokens/s predicted; "
+            f"the smallest tree within {MARGIN:.0%} of the fastest prediction)"]
     rows += [f"  nodes {o.total_tokens:>3} depth {o.depth}  tau {o.tau:.2f}  {o.step_ms:6.1f} ms  "
-             f"{o.tokens_per_s:5.1f} tok/s" for o in options[:top]]
+             f"{o.tokens_per_s:5.1f} tok/s{'  <- chosen' if o == best else ''}"
+             for o in options[:max(top, options.index(best) + 1)]]
     return "\n".join(rows)
 

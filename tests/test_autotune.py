@@ -8,7 +8,7 @@ import random
 import pytest
 
 from eagle2.api import decoder_for
-from eagle2.autotune import replay_tau, time_verify, tune, warmup_texts
+from eagle2.autotune import MARGIN, Option, choose, replay_runs, replay_tau, time_verify, tune, warmup_texts
 from eagle2.config import DecodeConfig
 from eagle2.engine import Decoder, encode_prompt
 
@@ -47,11 +47,40 @@ def test_replay_grows_with_the_tree(tiny):
     assert replay_tau(recs, 40, 6) == pytest.approx(sum(len(r.accepted) + 1 for r in steps) / len(steps))
 
 
-def test_tune_picks_the_fastest_measured_option(tiny):
+def test_replay_over_decodes_counts_their_tokens_over_the_steps_the_tree_would_take(tiny):
+    """One decode: the plain replay. Several: all tokens over each decode's tokens / its own replayed accept
+    length, so a decode the big tree covered in few steps is not underweighted."""
+    dec = _decoder(tiny)
+    cfg = DecodeConfig(total_tokens=40, depth=6, top_k=4, max_new_tokens=10)
+    runs = [[r for r in dec.run(ids, cfg) if r.nodes] for ids in PROMPTS[:6]]
+    tokens = [sum(len(r.accepted) + 1 for r in run) for run in runs]
+    for n, d in [(2, 1), (4, 3), (8, 6)]:
+        assert replay_runs(runs[:1], n, d) == pytest.approx(replay_tau(runs[0], n, d))
+        want = sum(tokens) / sum(t / replay_tau(run, n, d) for t, run in zip(tokens, runs))
+        assert replay_runs(runs, n, d) == pytest.approx(want)
+    # at the big tree's own settings it is exactly the tokens over the steps taken
+    assert replay_runs(runs, 40, 6) == pytest.approx(sum(tokens) / sum(map(len, runs)))
+    with pytest.raises(ValueError):
+        replay_runs([[]], 4, 2)
+
+
+def test_choose_takes_the_smallest_tree_near_the_fastest():
+    opts = [Option(8, 4, 2.60, 150.0), Option(4, 3, 2.05, 120.0), Option(4, 2, 1.95, 115.0),
+            Option(3, 2, 1.80, 112.0), Option(2, 1, 1.40, 100.0)]
+    fastest = max(opts, key=lambda o: o.tokens_per_s)
+    assert choose(opts, margin=0.0) == fastest
+    got = choose(opts)
+    assert got.tokens_per_s >= (1 - MARGIN) * fastest.tokens_per_s
+    smaller = [o for o in opts if (o.total_tokens, o.depth) < (got.total_tokens, got.depth)]
+    assert smaller and all(o.tokens_per_s < (1 - MARGIN) * fastest.tokens_per_s for o in smaller)
+    assert (got.total_tokens, got.depth) == (4, 2) and got != fastest
+
+
+def test_tune_measures_every_option_and_chooses_among_them(tiny):
     dec = _decoder(tiny)
     best, options = tune(dec, PROMPTS[:2], DecodeConfig(top_k=4), sizes=(2, 4, 8), depths=(1, 3), max_new_tokens=12)
-    assert len(options) == 6 and best == options[0]
+    assert len(options) == 6 and best == choose(options) and best in options
     assert all(o.step_ms > 0 and o.tau >= 1 for o in options)
-    assert best.tokens_per_s == max(o.tokens_per_s for o in options)
+    assert [o.tokens_per_s for o in options] == sorted((o.tokens_per_s for o in options), reverse=True)
     cost = time_verify(dec, PROMPTS[0], (2, 8))
     assert set(cost) == {2, 8} and all(v > 0 for v in cost.values())
