@@ -120,6 +120,20 @@ def test_steps_reduce_loss_on_fixed_batch(target):
     assert torch.equal(target.model.embed_tokens.weight, embed_before)  # the shared embedding stays frozen
 
 
+def test_soft_labels_sharpen_to_the_greedy_token_as_temperature_falls(target):
+    batch = collate(_sequences(target, 6))
+    tgt, m = batch["target"], batch["train_pos"]
+    pred = tgt + torch.randn(tgt.shape, generator=torch.Generator().manual_seed(0))  # a draft near the target
+    lm = target.lm_head.weight
+    with torch.no_grad():
+        greedy = (tgt @ lm.T).argmax(-1)  # the target's own next token at every position
+        _, hard = losses(pred, tgt, m, greedy, lm, TrainConfig(ce_vocab="full"), None)
+        ce = {t: losses(pred, tgt, m, greedy, lm, TrainConfig(ce_vocab="full", ce_target="soft", ce_temperature=t),
+                        None)[1].item() for t in (1.0, 0.01)}
+    assert ce[0.01] == pytest.approx(hard.item(), rel=1e-3)  # nearly one-hot on the greedy token
+    assert abs(ce[1.0] - hard.item()) > 0.01  # the full distribution is a different target
+
+
 def test_train_resume_and_export(target, tmp_path):
     seqs = _sequences(target, 30)
     data, ckpt = tmp_path / "data", tmp_path / "ckpt"

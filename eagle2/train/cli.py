@@ -240,6 +240,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         q.add_argument("--heldout-every", type=int, default=None,
                        help="every n-th greedy sequence of each --data directory is held out (default 25)")
         q.add_argument("--ce-target", default=None, choices=("hard", "soft"))
+        q.add_argument("--ce-temperature", type=float, default=None,
+                       help="soft labels: temperature of the target's distribution (below 1 leans to its greedy token)")
         q.add_argument("--context", type=int, default=None, help="prompt tokens kept before each response")
         q.add_argument("--autocast", action="store_true", default=None, help="bf16 autocast")
         q.add_argument("--unroll", type=int, default=None, choices=(1, 2), help="2: also train draft depth 2")

@@ -39,6 +39,7 @@ class TrainConfig:
     noise: float = 0.0               # half-width of uniform noise added to input features
     ce_weight: float = 0.1
     ce_target: str = "hard"          # "hard": the target's token; "soft": its full distribution
+    ce_temperature: float = 1.0      # soft labels: softmax(target logits / this); below 1 leans to the greedy token
     ce_vocab: str = "data"           # "full" vocabulary, or the target's most frequent tokens in the data
     ce_vocab_size: int = 16384       # how many of those (labels outside them only get the feature loss)
     heldout_every: int = 25          # every n-th greedy sequence is held out
@@ -85,7 +86,7 @@ def losses(pred: torch.Tensor, target: torch.Tensor, m: torch.Tensor, labels: to
     logp = torch.log_softmax(p @ w.T, dim=-1)  # (N, V')
     if cfg.ce_target == "soft":
         with torch.no_grad():
-            q = torch.softmax(tgt @ w.T, dim=-1)
+            q = torch.softmax((tgt @ w.T) / cfg.ce_temperature, dim=-1)
         ce = -(q * logp).sum(-1).mean()
     else:
         labels = labels[m]
