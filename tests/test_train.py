@@ -160,6 +160,10 @@ def test_train_resume_and_export(target, tmp_path):
     write_card(tmp_path / "head", [data], state, full)
     card = (tmp_path / "head" / "README.md").read_text()
     assert "CC BY-NC 4.0" in card and f"{full['heldout']['top1']:.3f}" in card and f"{state['step']} steps" in card
+    soft = {**state, "config": {**state["config"], "ce_target": "soft", "ce_temperature": 0.5}}
+    (tmp_path / "soft").mkdir()
+    write_card(tmp_path / "soft", [data], soft, full)
+    assert "soft labels at temperature 0.5" in (tmp_path / "soft" / "README.md").read_text()
     loaded = load_head(tmp_path / "head", target)
     torch.testing.assert_close(loaded.fc.weight, head2.fc.weight.half().float())
 

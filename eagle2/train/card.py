@@ -46,6 +46,8 @@ def write_card(out: Path, data_dir: str | Path | list, state: dict, report: dict
     every = cfg.get("heldout_every", "?")
     unroll = (f"depth 2 unrolled on the head's own features (weight {cfg.get('unroll_weight')})"
               if cfg.get("unroll", 1) > 1 else "depth 1 only")
+    temp = cfg.get("ce_temperature", 1.0)
+    soft_t = f" at temperature {temp}" if cfg.get("ce_target") == "soft" and temp != 1.0 else ""
     epochs = state.get("tokens_seen", 0) / max(state.get("train_tokens", 1), 1)
     args = [Path(a).name if a.startswith("/") else a for a in sys.argv[1:]]  # no machine paths in the card
     command = " ".join(["python -m eagle2.train.cli"] + args)
@@ -73,7 +75,7 @@ the target's embedding and `lm_head` are used). Load with `eagle2.head.load_head
 ## Training
 
 - Loss: smooth L1 on the next feature (1.0) + {cfg.get("ce_weight", "?")} x cross-entropy against the target's
-  token ({cfg.get("ce_target", "?")} labels, {cfg.get("ce_vocab", "?")} vocabulary);
+  token ({cfg.get("ce_target", "?")} labels{soft_t}, {cfg.get("ce_vocab", "?")} vocabulary);
   feature noise {cfg.get("noise", "?")};
   {unroll}.
 - AdamW, peak lr {cfg.get("lr", "?")}, warm-up + cosine, grad clip {cfg.get("grad_clip", "?")},
