@@ -74,3 +74,10 @@ def test_bench_total_tokens_auto_tunes_then_measures(tmp_path, capsys, monkeypat
         main(["bench", "--prompts", str(prompts), "--total-tokens", "lots"])
     assert main(["bench", "--prompts", str(prompts), "--sweep", "--total-tokens", "auto"]) == 2
     assert "--sweep" in capsys.readouterr().err
+
+
+def test_train_rejects_a_soft_label_temperature_that_is_not_above_zero(capsys):
+    for bad in ("0", "-1", "warm"):
+        with pytest.raises(SystemExit):
+            main(["train", "fit", "--data", "x", "--out", "y", "--ce-temperature", bad])
+        assert "--ce-temperature" in capsys.readouterr().err

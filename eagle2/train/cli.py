@@ -101,6 +101,17 @@ def cmd_instructions(args: argparse.Namespace) -> None:
     print(f"{n} prompts in {args.out}")
 
 
+def _positive(text: str) -> float:
+    """argparse type: a number above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+    return value
+
+
 def _train_config(args: argparse.Namespace):
     """A TrainConfig from the flags that were given (the rest keep their defaults)."""
     from .loop import TrainConfig
@@ -240,7 +251,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         q.add_argument("--heldout-every", type=int, default=None,
                        help="every n-th greedy sequence of each --data directory is held out (default 25)")
         q.add_argument("--ce-target", default=None, choices=("hard", "soft"))
-        q.add_argument("--ce-temperature", type=float, default=None,
+        q.add_argument("--ce-temperature", type=_positive, default=None,
                        help="soft labels: temperature of the target's distribution (below 1 leans to its greedy token)")
         q.add_argument("--context", type=int, default=None, help="prompt tokens kept before each response")
         q.add_argument("--autocast", action="store_true", default=None, help="bf16 autocast")
