@@ -5,8 +5,8 @@ both sides are measured: a warm-up decode with a large tree records every drafte
 choice after each verified one, so the accept length any smaller tree (top-n nodes of depth <= d by score,
 exactly what EAGLE-2 would keep) would have had on the same steps can be replayed from the records; the cost
 of verifying n nodes is timed with the engine's own verify, and the rest of a step (drafting, commit, the
-record) by short timed runs at each depth. Of the options predicted near the fastest it keeps the smallest
-tree (`choose`), since near the top the predictions differ by less than their error.
+record) by short timed runs at each depth. Of the options predicted near the fastest it keeps the fewest
+nodes (`choose`), since near the top the predictions differ by less than their error.
 On a GPU verifying 60 nodes costs about one forward and big trees win; on a CPU each node costs ~2 ms here,
 so the best tree is small. Greedy only: sampling accepts at other rates.
 """
@@ -28,7 +28,7 @@ from .tree import select_dynamic
 SIZES = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 26, 32, 40, 48, 60)
 DEPTHS = (1, 2, 3, 4, 5, 6, 7)
 WARMUP_TOKENS = 32  # new tokens per warm-up prompt
-MARGIN = 0.03  # prefer the smallest tree predicted within this share of the fastest (see `choose`)
+MARGIN = 0.03  # prefer the fewest nodes predicted within this share of the fastest (see `choose`)
 VERIFY_CONTEXT = 192  # tokens in the cache while verify is timed: a prompt plus half of a 128-token answer
 
 
@@ -162,17 +162,19 @@ def tune(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes=None,
 
 
 def choose(options: list[Option], margin: float = MARGIN) -> Option:
-    """The smallest tree (fewest nodes, then fewest levels) predicted within `margin` of the fastest option.
+    """The fewest nodes predicted within `margin` of the fastest option, at that size's fastest depth.
 
     Near the top the predictions differ by less than their error: the warm-up's accept lengths come from a
-    few dozen steps, and prompts that accept more than the real work (answers that repeat themselves) favour
-    deep trees most. In one tuning (session 16) the seven fastest predictions lay within 1.5% of each other.
+    few dozen steps, and prompts that accept more than the real work (answers that repeat themselves) overrate
+    big trees. In one tuning (session 16) the seven fastest predictions lay within 1.5% of each other.
     Measured on MT-bench, the tuner's pick of 10 nodes at depth 4 ran 8% slower than 4 nodes at depth 2 on
-    the writing prompts, while on mixed prompts 4-8 nodes ran within 2% of each other: among near-ties a
-    small tree loses little and can gain much."""
+    the writing prompts, while on mixed prompts 4-8 nodes ran within 2% of each other: among near-ties fewer
+    nodes lose little and can gain much. Depth is not cut the same way: its cost is timed with every level
+    drafted (an upper bound), and in one run on 16 MT-bench prompts (session 20) 3 nodes at depth 1 ran 6.7%
+    slower than at depth 2, and 6 nodes at depth 2 2% slower than at depth 3."""
     fastest = max(o.tokens_per_s for o in options)
-    near = [o for o in options if o.tokens_per_s >= (1 - margin) * fastest]
-    return min(near, key=lambda o: (o.total_tokens, o.depth))
+    fewest = min(o.total_tokens for o in options if o.tokens_per_s >= (1 - margin) * fastest)
+    return max((o for o in options if o.total_tokens == fewest), key=lambda o: o.tokens_per_s)
 
 
 def warmup_texts(n: int | None = None) -> list[str]:
@@ -191,7 +193,7 @@ def describe(best: Option, options: list[Option], top: int = 6) -> str:
     """A short table of the fastest predicted options (the chosen one marked), as the command line prints it."""
     rows = [f"tuned for this machine: {best.total_tokens} nodes, depth {best.depth} "
             f"(replayed tau {best.tau:.2f}, {best.step_ms:.0f} ms a step, {best.tokens_per_s:.1f} tokens/s predicted; "
-            f"the smallest tree within {MARGIN:.0%} of the fastest prediction)"]
+            f"the fewest nodes within {MARGIN:.0%} of the fastest prediction, at their fastest depth)"]
     rows += [f"  nodes {o.total_tokens:>3} depth {o.depth}  tau {o.tau:.2f}  {o.step_ms:6.1f} ms  "
              f"{o.tokens_per_s:5.1f} tok/s{'  <- chosen' if o == best else ''}"
              for o in options[:max(top, options.index(best) + 1)]]
