@@ -160,10 +160,14 @@ def test_train_resume_and_export(target, tmp_path):
     write_card(tmp_path / "head", [data], state, full)
     card = (tmp_path / "head" / "README.md").read_text()
     assert "CC BY-NC 4.0" in card and f"{full['heldout']['top1']:.3f}" in card and f"{state['step']} steps" in card
-    soft = {**state, "config": {**state["config"], "ce_target": "soft", "ce_temperature": 0.5}}
+    assert f"at depth 3, fed its own depth-2 feature: {full['heldout']['depth3_top1']:.3f}" in card
+    assert "depth 1 only" in card
+    soft = {**state, "config": {**state["config"], "ce_target": "soft", "ce_temperature": 0.5, "unroll": 3,
+                                "unroll_weight": 0.5}}
     (tmp_path / "soft").mkdir()
     write_card(tmp_path / "soft", [data], soft, full)
-    assert "soft labels at temperature 0.5" in (tmp_path / "soft" / "README.md").read_text()
+    soft_card = (tmp_path / "soft" / "README.md").read_text()
+    assert "soft labels at temperature 0.5" in soft_card and "depths 2 to 3 unrolled" in soft_card
     loaded = load_head(tmp_path / "head", target)
     torch.testing.assert_close(loaded.fc.weight, head2.fc.weight.half().float())
 
@@ -246,14 +250,14 @@ def test_generate_responses_match_plain_greedy(target):
     assert got[0].argmax[-1] == eos and len({len(s.tokens) - s.start for s in got}) > 1
 
 
-def test_depth2_matches_drafting_with_a_cache(target):
+def test_unrolled_depths_match_drafting_with_a_cache(target):
     head, _ = trainable_head(target, seed=1)
     head.eval()
     s = _sequences(target, 1)[0]
     batch = collate([s])
     with torch.no_grad():
-        (p1, *_), (p2, *_) = head_forward(head, batch, depth=2)
-        j = 4  # as drafting does: commit real pairs 0..j, then feed (x_{j+2}, own p_{j+1}) at position j+1
+        (p1, *_), (p2, *_), (p3, *_) = head_forward(head, batch, depth=3)
+        j = 4  # as drafting does: commit real pairs 0..j, then feed (x_{j+2}, own p_{j+1}) at position j+1, ...
         cache = DynamicCache(config=head.config)
         causal = torch.zeros(1, 1, j + 1, j + 1).masked_fill(~torch.ones(j + 1, j + 1, dtype=torch.bool).tril(),
                                                               torch.finfo(torch.float32).min)
@@ -261,8 +265,27 @@ def test_depth2_matches_drafting_with_a_cache(target):
                      torch.arange(j + 1)[None], cache)
         second = head(batch["in_tokens"][:, j + 1: j + 2], first[:, j: j + 1], torch.zeros(1, 1, 1, j + 2),
                       torch.tensor([[j + 1]]), cache)
+        # ... and (x_{j+3}, own depth-2 output) at position j+2, seeing the real pairs, its parent and itself
+        third = head(batch["in_tokens"][:, j + 2: j + 3], second, torch.zeros(1, 1, 1, j + 3),
+                     torch.tensor([[j + 2]]), cache)
     torch.testing.assert_close(first[0], p1[0, : j + 1], atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(second[0, 0], p2[0, j], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(third[0, 0], p3[0, j], atol=1e-5, rtol=1e-4)
+    assert not torch.allclose(p3[0, j], p2[0, j + 1], atol=1e-3)  # depth 3 is not depth 2 at the next position
+
+
+def test_each_unrolled_depth_adds_its_own_loss(target, tmp_path):
+    data = tmp_path / "data"
+    _write_data(target, data, _sequences(target, 10))
+
+    def one_step(name: str, unroll: int, weight: float) -> torch.Tensor:
+        cfg = TrainConfig(epochs=1, batch_tokens=64, save_every=1000, max_minutes=1e-9, heldout_every=5,
+                          unroll=unroll, unroll_weight=weight)
+        assert train(target, data, tmp_path / name, cfg)["steps"] == 1
+        return load_latest_head(target, tmp_path / name)[0].fc.weight
+
+    torch.testing.assert_close(one_step("d3w0", 3, 0.0), one_step("d1", 1, 0.5), atol=0, rtol=0)
+    assert not torch.allclose(one_step("d3", 3, 0.5), one_step("d2", 2, 0.5), atol=1e-7)
 
 
 def test_sampled_responses_record_the_targets_greedy_choice(target):

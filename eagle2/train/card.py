@@ -44,8 +44,10 @@ def write_card(out: Path, data_dir: str | Path | list, state: dict, report: dict
     sampled = ", some sampled" if gen.get("sample_every") else ""
     cfg = state.get("config", {})
     every = cfg.get("heldout_every", "?")
-    unroll = (f"depth 2 unrolled on the head's own features (weight {cfg.get('unroll_weight')})"
-              if cfg.get("unroll", 1) > 1 else "depth 1 only")
+    deep = cfg.get("unroll", 1)
+    unroll = (f"depth{'s 2 to ' if deep > 2 else ' '}{deep} unrolled on the head's own features "
+              f"(weight {cfg.get('unroll_weight')})" if deep > 1 else "depth 1 only")
+    depth3 = f"; at depth 3, fed its own depth-2 feature: {h['depth3_top1']:.3f}" if "depth3_top1" in h else ""
     temp = cfg.get("ce_temperature", 1.0)
     soft_t = f" at temperature {temp}" if cfg.get("ce_target") == "soft" and temp != 1.0 else ""
     epochs = state.get("tokens_seen", 0) / max(state.get("train_tokens", 1), 1)
@@ -92,7 +94,7 @@ How often the target's next token is the head's top-1 / in its top-3 / top-10:
 | --- | --- | --- |
 | {h.get("top1", float("nan")):.3f} | {h.get("top3", float("nan")):.3f} | {h.get("top10", float("nan")):.3f} |
 
-At depth 2, fed its own depth-1 feature: top-1 {h.get("depth2_top1", float("nan")):.3f}.
+At depth 2, fed its own depth-1 feature: top-1 {h.get("depth2_top1", float("nan")):.3f}{depth3}.
 
 ## Reproduce
 

@@ -255,7 +255,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                        help="soft labels: temperature of the target's distribution (below 1 leans to its greedy token)")
         q.add_argument("--context", type=int, default=None, help="prompt tokens kept before each response")
         q.add_argument("--autocast", action="store_true", default=None, help="bf16 autocast")
-        q.add_argument("--unroll", type=int, default=None, choices=(1, 2), help="2: also train draft depth 2")
+        q.add_argument("--unroll", type=int, default=None, choices=(1, 2, 3),
+                       help="d > 1: also train draft depths 2..d on the head's own features")
         q.add_argument("--unroll-weight", type=float, default=None)
         q.add_argument("--ce-vocab-size", type=int, default=None)
         q.add_argument("--train-only", nargs="*", default=None, help="more shard directories, none held out")

@@ -47,8 +47,8 @@ class TrainConfig:
     max_minutes: float = 0.0         # 0: no time limit
     budget_minutes: float = 0.0      # >0: after 30 steps, shorten the schedule to end within this wall time
     autocast: bool = False           # bf16 autocast (pays only with bf16 matmul hardware)
-    unroll: int = 1                  # 2: also train depth 2 on the head's own depth-1 features
-    unroll_weight: float = 0.5       # weight of the depth-2 loss
+    unroll: int = 1                  # d > 1: also train depths 2..d on the head's own features
+    unroll_weight: float = 0.5       # weight of each deeper depth's loss
     seed: int = 0
 
 
@@ -56,8 +56,9 @@ def head_forward(head: DraftHead, batch: dict[str, torch.Tensor], noise: float =
                  depth: int = 1) -> list[tuple[torch.Tensor, ...]]:
     """Per draft depth: (predicted features (B, T', H), target features, training mask, labels).
 
-    Depth 2 feeds the head its own depth-1 output, as drafting does: at position j+1 the input is
-    (x_{j+2}, p_{j+1}) and it sees the real pairs at positions 0..j (kept in a cache) and itself.
+    Depth d > 1 feeds the head its own depth d-1 output, as drafting does: at position j+d-1 the input is
+    (x_{j+d}, p_{j+d-1}); it sees the real pairs at positions 0..j (kept in a cache), its own entries of
+    depths 2..d-1 on that path (at positions j+1..j+d-2) and itself.
     """
     feats = batch["in_feats"]
     if noise > 0:
@@ -66,14 +67,16 @@ def head_forward(head: DraftHead, batch: dict[str, torch.Tensor], noise: float =
     dev = batch["in_tokens"].device
     pos = torch.arange(t, device=dev)[None].expand(b, t)
     cache = DynamicCache(config=head.config) if depth > 1 else None
-    p1 = head(batch["in_tokens"], feats, causal_mask(batch["key_valid"], torch.float32), pos, cache)  # (B, T, H)
-    out = [(p1, batch["target"], batch["train_pos"], batch["labels"])]
-    if depth > 1:
-        seen = torch.ones(t - 1, t, dtype=torch.bool, device=dev).tril()[None] & batch["key_valid"][:, None, :]
-        keep = torch.cat([seen, torch.eye(t - 1, dtype=torch.bool, device=dev)[None].expand(b, -1, -1)], dim=-1)
+    prev = head(batch["in_tokens"], feats, causal_mask(batch["key_valid"], torch.float32), pos, cache)  # (B, T, H)
+    out = [(prev, batch["target"], batch["train_pos"], batch["labels"])]
+    for d in range(2, depth + 1):
+        s, n = d - 1, t - d + 1  # shift and number of queries: query k sits at position k + s
+        real = torch.ones(n, t, dtype=torch.bool, device=dev).tril()[None] & batch["key_valid"][:, None, :]
+        own = [torch.eye(n, t - e + 1, dtype=torch.bool, device=dev) for e in range(2, d + 1)]  # depths 2..d
+        keep = torch.cat([real] + [o[None].expand(b, -1, -1) for o in own], dim=-1)
         mask = torch.zeros(keep.shape, device=dev).masked_fill(~keep, torch.finfo(torch.float32).min)[:, None]
-        p2 = head(batch["in_tokens"][:, 1:], p1[:, :-1], mask, pos[:, 1:], cache)  # (B, T-1, H)
-        out.append((p2, batch["target"][:, 1:], batch["train_pos"][:, 1:], batch["labels"][:, 1:]))
+        prev = head(batch["in_tokens"][:, s:], prev[:, :-1], mask, pos[:, s:], cache)  # (B, T-s, H)
+        out.append((prev, batch["target"][:, s:], batch["train_pos"][:, s:], batch["labels"][:, s:]))
     return out
 
 
@@ -126,25 +129,29 @@ def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
 @torch.no_grad()
 def evaluate(head: DraftHead, lm_weight: torch.Tensor, seqs: list[Sequence], cfg: TrainConfig,
              ks: tuple[int, ...] = (1, 3, 10)) -> dict[str, float]:
-    """Agreement on `seqs`: how often the target's token is in the head's top-k (full vocabulary), at depth 1
-    and at depth 2 (fed its own depth-1 feature)."""
+    """Agreement on `seqs`: how often the target's token is in the head's top-k (full vocabulary) at depth 1,
+    and its top-1 at depths 2 and 3 (each fed the head's own feature from the depth above)."""
     was = head.training
     head.eval()
-    hits, n, reg_sum, hits2, n2 = {k: 0 for k in ks}, 0, 0.0, 0, 0
+    hits, n, reg_sum = {k: 0 for k in ks}, 0, 0.0
+    deep_hits, deep_n = {2: 0, 3: 0}, {2: 0, 3: 0}
     for idx in make_batches(seqs, cfg.batch_tokens, random.Random(0)):
         batch = collate([seqs[i] for i in idx], lm_weight.device)
-        (p1, tgt, m, labels), (p2, _, m2, labels2) = head_forward(head, batch, depth=2)
-        m, m2 = m & (labels >= 0), m2 & (labels2 >= 0)
+        (p1, tgt, m, labels), *deeper = head_forward(head, batch, depth=3)
+        m = m & (labels >= 0)
         top = (p1[m].float() @ lm_weight.T).topk(max(ks), dim=-1).indices  # (N, kmax)
         match = top == labels[m][:, None]
         for k in ks:
             hits[k] += int(match[:, :k].any(-1).sum())
         n += int(m.sum())
         reg_sum += float(F.smooth_l1_loss(p1[m].float(), tgt[m], reduction="none").mean(-1).sum())
-        hits2 += int(((p2[m2].float() @ lm_weight.T).argmax(-1) == labels2[m2]).sum())
-        n2 += int(m2.sum())
+        for d, (p, _, md, ld) in enumerate(deeper, start=2):
+            md = md & (ld >= 0)
+            deep_hits[d] += int(((p[md].float() @ lm_weight.T).argmax(-1) == ld[md]).sum())
+            deep_n[d] += int(md.sum())
     head.train(was)
-    return {**{f"top{k}": hits[k] / max(n, 1) for k in ks}, "depth2_top1": hits2 / max(n2, 1),
+    return {**{f"top{k}": hits[k] / max(n, 1) for k in ks},
+            **{f"depth{d}_top1": deep_hits[d] / max(deep_n[d], 1) for d in deep_hits},
             "feature_loss": reg_sum / max(n, 1), "positions": n}
 
 
