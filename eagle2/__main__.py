@@ -55,6 +55,9 @@ def _decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--kernels", default="auto", choices=("auto", "onednn", "torch"),
                    help="CPU float32 matmuls: prepacked oneDNN (auto: where it applies) or PyTorch's default")
+    p.add_argument("--draft-dtype", default="auto", choices=("auto", "float32", "bfloat16"),
+                   help="the draft head's dtype; auto: bfloat16 on a CPU with native bf16 (the target stays float32, "
+                        "so the output is the same), else the target's")
     p.add_argument("--raw", action="store_true", help="do not apply the chat template")
 
 
@@ -78,7 +81,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
     # settings are checked before the model loads (with auto, against the default size until tuned)
     cfg = config_from(argparse.Namespace(**{**vars(args), "total_tokens": DecodeConfig.total_tokens}) if auto
                       else args, args.method)
-    bundle = load(args.model, args.head, args.device, args.kernels)
+    bundle = load(args.model, args.head, args.device, args.kernels, args.draft_dtype)
     if auto:
         resolve_auto(args, bundle)
         cfg = config_from(args, args.method)

@@ -158,7 +158,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
     auto = wants_tuning(args, methods)
     if auto and args.sweep:
         raise ValueError("--sweep tries many sizes itself: give --total-tokens a number")
-    bundle = load(args.model, args.head, args.device, args.kernels)
+    bundle = load(args.model, args.head, args.device, args.kernels, args.draft_dtype)
     print(bundle.describe(), file=sys.stderr)
     if auto:
         resolve_auto(args, bundle)

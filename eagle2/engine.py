@@ -71,8 +71,12 @@ class Decoder:
         # with its full lm_head). Rows of the lm_head are gathered once here.
         vocab = getattr(head, "draft_vocab", None)
         self.draft_ids = None if vocab is None else vocab.to(self.device)
+        # The head may run in a cheaper dtype than the target (`loading.load(draft_dtype=...)`): drafting only
+        # proposes, the target verifies in its own dtype, so the output is unchanged.
+        self.head_dtype = getattr(head, "dtype", self.dtype)
         w = self.lm_head.weight
-        self.draft_w = w if self.draft_ids is None else w.index_select(0, self.draft_ids)  # (M, H)
+        w = w if self.draft_ids is None else w.index_select(0, self.draft_ids)
+        self.draft_w = w.to(self.head_dtype)  # (M, H)
         self.draft_col = {} if self.draft_ids is None else {t: j for j, t in enumerate(self.draft_ids.tolist())}
         # With oneDNN kernels (eagle2/kernels.py) the draft's rows are packed once as well.
         self.draft_packed = kernels.pack(self.draft_w) if kernels.patched(self.lm_head) else None
@@ -108,7 +112,7 @@ class Decoder:
     def _head_step(self, st: _State, tokens: list[int], feats: torch.Tensor, visible: torch.Tensor,
                    positions: list[int]) -> torch.Tensor:
         """Run the head on new (token, feature) pairs appended to its cache -> draft log-probs (Q, V), feats."""
-        mask = additive_mask(visible, st.head_len, self.dtype).to(self.device)
+        mask = additive_mask(visible, st.head_len, self.head_dtype).to(self.device)
         out = self.head(torch.tensor([tokens], device=self.device), feats, mask,
                         torch.tensor([positions], device=self.device), st.head_cache)[0]  # (Q, H)
         logits = (torch.nn.functional.linear(out, self.draft_w) if self.draft_packed is None

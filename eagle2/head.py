@@ -41,7 +41,8 @@ class DraftHead(nn.Module):
     def forward(self, token_ids: torch.Tensor, features: torch.Tensor, mask: torch.Tensor,
                 position_ids: torch.Tensor, cache=None) -> torch.Tensor:
         """token_ids (B, T), features (B, T, H), additive mask (B, 1, T, past+T) -> predicted features (B, T, H)."""
-        x = self.fc(torch.cat((self.embed_tokens(token_ids), features.to(self.fc.weight.dtype)), dim=-1))
+        dtype = self.fc.weight.dtype  # the head may run in another dtype than the target (a bf16 draft)
+        x = self.fc(torch.cat((self.embed_tokens(token_ids).to(dtype), features.to(dtype)), dim=-1))
         pos_emb = self.rotary(x, position_ids=position_ids)
         return self.layers[0](x, attention_mask=mask, position_ids=position_ids, cache=cache,
                               use_cache=cache is not None, position_embeddings=pos_emb)
@@ -49,6 +50,18 @@ class DraftHead(nn.Module):
     @property
     def bias(self) -> bool:
         return self.fc.bias is not None
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype the head computes in (its fc and layer)."""
+        return self.fc.weight.dtype
+
+    def cast(self, dtype: torch.dtype) -> "DraftHead":
+        """Compute in `dtype` from now on. Only the head's own fc and layer change: `embed_tokens` is usually
+        the target's (tied) embedding, which must stay as it is, and the rotary frequencies keep float32."""
+        self.fc.to(dtype)
+        self.layers.to(dtype)
+        return self
 
 
 def head_config_for(target_config) -> dict:

@@ -19,14 +19,23 @@ ROWS_HINT = 32  # oneDNN picks its blocked layout for about this many rows; any 
 
 
 def available(weight: torch.Tensor) -> bool:
-    """oneDNN's packed linear applies to float32 weights on the CPU."""
+    """oneDNN's packed linear applies to float32 weights on the CPU (and bfloat16 ones where the CPU has
+    native bf16 instructions, see `native_bf16`)."""
     ops = torch.ops.mkldnn
-    return (weight.device.type == "cpu" and weight.dtype == torch.float32 and torch.backends.mkldnn.is_available()
+    dtype_ok = weight.dtype == torch.float32 or (weight.dtype == torch.bfloat16 and native_bf16())
+    return (weight.device.type == "cpu" and dtype_ok and torch.backends.mkldnn.is_available()
             and hasattr(ops, "_reorder_linear_weight") and hasattr(ops, "_linear_pointwise"))
 
 
+def native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (AVX512-BF16 or AMX); elsewhere bf16 is emulated."""
+    cpu = getattr(torch, "cpu", None)
+    checks = [getattr(cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return any(bool(f()) for f in checks if f is not None)
+
+
 def pack(weight: torch.Tensor) -> torch.Tensor:
-    """(out, in) float32 weight -> oneDNN's blocked copy of it."""
+    """(out, in) float32 (or bfloat16) weight -> oneDNN's blocked copy of it."""
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT)
 
 
@@ -52,7 +61,7 @@ def patched(module: torch.nn.Module) -> bool:
 
 
 def use_onednn(model: torch.nn.Module) -> int:
-    """Route every float32 CPU nn.Linear of `model` through a prepacked oneDNN kernel; returns how many.
+    """Route every float32 (or native bfloat16) CPU nn.Linear of `model` through a prepacked oneDNN kernel; returns how many.
     All weights are packed before any layer is switched, so a failure (a RuntimeError from oneDNN) leaves
     the model untouched. Packing keeps a second copy of each weight. Calling twice is harmless."""
     todo = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and available(m.weight) and not patched(m)]

@@ -1,0 +1,95 @@
+"""A draft head in a cheaper dtype than the target (bf16 drafting for a float32 target): the output is unchanged,
+the shared embedding is untouched, the draft's probabilities stay close, and `auto` picks bf16 only where it pays."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eagle2 import kernels, loading
+from eagle2.config import DecodeConfig
+from eagle2.engine import Decoder
+from eagle2.head import new_head
+from tests.conftest import CharTokenizer, tiny_target
+
+
+def _tokens(dec: Decoder, cfg: DecodeConfig) -> tuple[list[int], list]:
+    recs = list(dec.run([1, 2, 3], cfg))
+    return [t for r in recs for t in r.new_tokens], recs
+
+
+def test_a_bfloat16_draft_keeps_the_output_and_the_targets_embedding():
+    target = tiny_target(vocab=16, std=0.5)
+    ref_head = new_head(target, seed=1)
+    head = new_head(target, seed=1).cast(torch.bfloat16)
+    assert head.dtype == torch.bfloat16 and head.fc.weight.dtype == torch.bfloat16
+    # the head shares the target's (tied or not) embedding: casting the head must leave it in float32
+    assert head.embed_tokens is target.get_input_embeddings() and head.embed_tokens.weight.dtype == torch.float32
+    assert target.get_output_embeddings().weight.dtype == torch.float32
+    assert head.rotary.inv_freq.dtype == torch.float32
+    fp32, bf16 = Decoder(target, ref_head, CharTokenizer()), Decoder(target, head, CharTokenizer())
+    assert bf16.head_dtype == torch.bfloat16 and bf16.draft_w.dtype == torch.bfloat16
+    plain, _ = _tokens(fp32, DecodeConfig(method="vanilla", max_new_tokens=30))
+    for method in ("eagle2", "eagle1"):
+        cfg = DecodeConfig(method=method, max_new_tokens=30, total_tokens=12, depth=4)
+        out32, recs32 = _tokens(fp32, cfg)
+        out16, recs16 = _tokens(bf16, cfg)
+        assert out16 == plain and out32 == plain, method
+        # the same first tree is drafted with probabilities that agree to bf16 precision
+        first32 = {n.id: n.prob for n in recs32[1].nodes if n.depth == 1}
+        first16 = {n.id: n.prob for n in recs16[1].nodes if n.depth == 1}
+        assert first16.keys() == first32.keys()
+        assert max(abs(first16[i] - first32[i]) for i in first32) < 0.02
+        assert any(a.prob != b.prob for a, b in zip(recs32[1].nodes[1:], recs16[1].nodes[1:]))  # really bf16
+
+
+def test_sampling_with_a_bfloat16_draft_runs_in_the_targets_distribution_code():
+    target = tiny_target(vocab=16, std=0.5)
+    dec = Decoder(target, new_head(target, seed=1).cast(torch.bfloat16), CharTokenizer())
+    recs = list(dec.run([1, 2, 3], DecodeConfig(method="eagle2", max_new_tokens=20, temperature=0.8, seed=3)))
+    assert sum(len(r.new_tokens) for r in recs) == 20  # probabilities are float32 where acceptance reads them
+
+
+def test_auto_picks_bfloat16_only_for_a_float32_cpu_target_with_native_bf16(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    pick = loading.draft_dtype_for
+    monkeypatch.setattr(kernels, "native_bf16", lambda: True)
+    if kernels.available(torch.zeros(1)):  # oneDNN present
+        assert pick("auto", torch.float32, cpu, "auto") == torch.bfloat16
+    assert pick("auto", torch.float32, cpu, "torch") == torch.float32      # PyTorch's kernels: keep float32
+    assert pick("auto", torch.bfloat16, cuda, "auto") == torch.bfloat16    # already bf16: the target's own
+    assert pick("auto", torch.float16, cuda, "auto") == torch.float16
+    assert pick("float32", torch.float32, cpu, "auto") == torch.float32
+    assert pick("bfloat16", torch.float32, cpu, "torch") == torch.bfloat16  # asked for: given
+    monkeypatch.setattr(kernels, "native_bf16", lambda: False)
+    assert pick("auto", torch.float32, cpu, "auto") == torch.float32       # emulated bf16 would not pay
+    assert not kernels.available(torch.zeros(1, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="draft_dtype must be one of auto, float32, bfloat16"):
+        pick("half", torch.float32, cpu, "auto")
+
+
+def test_the_cli_refuses_an_unknown_draft_dtype(capsys):
+    from eagle2.__main__ import main
+
+    with pytest.raises(SystemExit):
+        main(["generate", "--prompt", "hi", "--draft-dtype", "half"])
+    assert "invalid choice: 'half'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_real_model_with_the_other_draft_dtype_equals_greedy(embedded):
+    """Whichever dtype `auto` gave the session's bundle, the other one decodes the same tokens too."""
+    from eagle2.engine import encode_prompt
+    from eagle2.head import load_head
+
+    other = torch.float32 if embedded.draft_dtype == torch.bfloat16 else torch.bfloat16
+    head = load_head(loading.DEFAULT_HEAD, embedded.target).cast(other)  # PyTorch's kernels for this copy
+    ids = encode_prompt(embedded.tokenizer, "Write a short poem about autumn leaves.")
+    cfg = DecodeConfig(method="eagle2", max_new_tokens=40)
+    base = [t for r in Decoder(embedded.target, embedded.head, embedded.tokenizer).run(ids, cfg) for t in r.new_tokens]
+    mine = [t for r in Decoder(embedded.target, head, embedded.tokenizer).run(ids, cfg) for t in r.new_tokens]
+    plain = [t for r in Decoder(embedded.target, head, embedded.tokenizer).run(ids, DecodeConfig(method="vanilla",
+                                                                                                max_new_tokens=40))
+             for t in r.new_tokens]
+    assert mine == base == plain and len(plain) == 40
+    desc = embedded.describe()
+    assert ("draft bfloat16" in desc) == (embedded.draft_dtype == torch.bfloat16 != embedded.dtype)
