@@ -98,7 +98,7 @@ def replay_runs(runs: list[list[StepRecord]], total_tokens: int, depth: int) -> 
 @torch.inference_mode()
 def time_verify(dec: Decoder, prompt_ids: list[int], sizes: tuple[int, ...], reps: int = 5,
                 context: int = VERIFY_CONTEXT) -> dict[int, float]:
-    """Median ms of the engine's verify (tree mask, forward over the cache, lm_head) for `n` nodes, over a
+    """Median ms of the engine's greedy verify (tree mask, forward over the cache, argmax) for `n` nodes, over a
     cache of `context` tokens (the prompt repeated: attention's cost grows with the cache, so timing over a
     short prompt alone would flatter big trees). The sizes take turns within each round, so a slow spell of
     the machine costs every size alike instead of shifting the choice; the first round only warms up."""
@@ -111,7 +111,7 @@ def time_verify(dec: Decoder, prompt_ids: list[int], sizes: tuple[int, ...], rep
         for n in sizes:
             parents = [-1] + [(i - 1) // 3 for i in range(1, n)]  # a bushy tree; the cost depends on n only
             t0 = dec._sync()
-            dec.verify(st, parents, ids[-1:] * n)
+            dec.greedy_tokens(dec.verify(st, parents, ids[-1:] * n))
             if rnd:
                 runs[n].append((dec._sync() - t0) * 1e3)
             truncate(cache, past)

@@ -17,6 +17,7 @@ import torch
 from transformers import DynamicCache
 
 from . import kernels
+from .argmax import GreedyTokens
 from .cache import keep_positions, new_cache
 from .config import DecodeConfig
 from .lookup import continuation
@@ -80,6 +81,9 @@ class Decoder:
         self.draft_col = {} if self.draft_ids is None else {t: j for j, t in enumerate(self.draft_ids.tolist())}
         # With oneDNN kernels (eagle2/kernels.py) the draft's rows are packed once as well.
         self.draft_packed = kernels.pack(self.draft_w) if kernels.patched(self.lm_head) else None
+        # Greedy tokens through a bf16 shortlist proved exact (eagle2/argmax.py) where that applies; None: the
+        # full float32 lm_head's argmax.
+        self.greedy_head = GreedyTokens(self.lm_head) if GreedyTokens.applies(self.lm_head) else None
         # EAGLE-2 skips expanding nodes that can no longer reach the kept tree (`tree.cutoff`): the kept
         # tree is the same, the drafting cheaper. Off only to check that claim.
         self.prune = True
@@ -99,7 +103,8 @@ class Decoder:
         ids = torch.tensor([prompt_ids], device=self.device)
         cache = new_cache(self.target.config)
         h = self.body(input_ids=ids, cache=cache, use_cache=True).last_hidden_state  # (1, P, H)
-        first = sample_token(self.lm_head(h[0, -1]), cfg.temperature, cfg.top_p, gen)
+        first = (self.greedy_tokens(h[0, -1:])[0] if cfg.greedy
+                 else sample_token(self.lm_head(h[0, -1]), cfg.temperature, cfg.top_p, gen))
         state = _State(target_cache=cache, head_cache=new_cache(self.head.config), head_len=0,
                        pend_feats=h, pend_tokens=torch.tensor([prompt_ids[1:] + [first]], device=self.device),
                        root=first, history=list(prompt_ids) + [first], produced=1)
@@ -243,14 +248,19 @@ class Decoder:
         truncate(st.head_cache, st.head_len)  # drafted pairs never stay in the head cache
         return pool, kept
 
-    def verify(self, st: _State, parents: list[int], tokens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """One target forward over the whole kept tree -> post-norm features (N, H) and logits (N, V)."""
+    def verify(self, st: _State, parents: list[int], tokens: list[int]) -> torch.Tensor:
+        """One target forward over the whole kept tree -> post-norm features (N, H)."""
         past = st.target_cache.get_seq_length()
         ti = tree_inputs(parents, past, self.dtype, self.device)
         ids = torch.tensor([tokens], device=self.device)
-        h = self.body(input_ids=ids, attention_mask=ti.mask, position_ids=ti.position_ids,
-                      cache=st.target_cache, use_cache=True).last_hidden_state[0]
-        return h, self.lm_head(h)
+        return self.body(input_ids=ids, attention_mask=ti.mask, position_ids=ti.position_ids,
+                         cache=st.target_cache, use_cache=True).last_hidden_state[0]
+
+    def greedy_tokens(self, h: torch.Tensor) -> list[int]:
+        """The target's argmax token after each row of features (N, H)."""
+        if self.greedy_head is not None:
+            return self.greedy_head(h)
+        return self.lm_head(h).argmax(dim=-1).tolist()
 
     def commit(self, st: _State, path: list[int], tokens: list[int], bonus: int, h: torch.Tensor, past: int) -> None:
         """Keep prefix + root + accepted path in the target cache; queue the new pairs for the head."""
@@ -291,11 +301,11 @@ class Decoder:
             index = {old: new for new, old in enumerate(kept)}
             parents = [-1] + [index[pool[i].parent] for i in kept[1:]]
             tokens = [pool[i].token for i in kept]
-            h, logits = self.verify(st, parents, tokens)
+            h = self.verify(st, parents, tokens)
             if cfg.greedy:
-                dec = accept_greedy(parents, tokens, logits)
+                dec = accept_greedy(parents, tokens, self.greedy_tokens(h))
             else:
-                dec = accept_sampling(parents, tokens, logits, cfg.temperature, cfg.top_p, gen)
+                dec = accept_sampling(parents, tokens, self.lm_head(h), cfg.temperature, cfg.top_p, gen)
             t2 = self._sync()
             self.commit(st, dec.accepted, tokens, dec.bonus, h, past)
             new = [tokens[i] for i in dec.accepted] + [dec.bonus]

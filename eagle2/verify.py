@@ -43,9 +43,8 @@ def _children(parents: list[int]) -> list[list[int]]:
     return kids
 
 
-def accept_greedy(parents: list[int], tokens: list[int], logits: torch.Tensor) -> Decision:
-    """Longest path agreeing with the target's argmax, plus the argmax after it as bonus."""
-    best = logits.argmax(dim=-1).tolist()  # (N,)
+def accept_greedy(parents: list[int], tokens: list[int], best: list[int]) -> Decision:
+    """Longest path agreeing with the target's argmax after each node (`best`), plus the argmax after it as bonus."""
     kids = _children(parents)
     verdicts: list[str | None] = [UNREACHED] * len(parents)
     verdicts[0] = ACCEPTED
