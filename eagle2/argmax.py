@@ -50,15 +50,16 @@ class GreedyTokens:
         w = getattr(lm_head, "weight", None)
         return (isinstance(lm_head, torch.nn.Linear) and lm_head.bias is None and w is not None
                 and w.dtype == torch.float32 and w.device.type == "cpu" and kernels.patched(lm_head)
-                and kernels.native_bf16() and kernels.available(torch.zeros(1, dtype=torch.bfloat16)))
+                and kernels.available(torch.zeros(1, dtype=torch.bfloat16)))  # bf16 packing: native bf16 only
 
     def __call__(self, h: torch.Tensor) -> list[int]:
         """(N, H) float32 features -> the float32 lm_head's argmax token of each row."""
         h16 = h.to(torch.bfloat16)
         scores = kernels.packed_linear(h16, self.packed, None).float()      # (N, V)
         top, idx = scores.topk(self.k, dim=-1)                             # (N, k)
-        hn, h16n = h.norm(dim=-1), h16.float().norm(dim=-1)
-        err = hn * self.resid + ((h - h16.float()).norm(dim=-1) + self.gamma * h16n) * self.norm16
+        h16f = h16.float()
+        hn = h.norm(dim=-1)
+        err = hn * self.resid + ((h - h16f).norm(dim=-1) + self.gamma * h16f.norm(dim=-1)) * self.norm16
         kth = top[:, -1]
         outside = kth + BF16_OUT * kth.abs() + err                          # no token outside the shortlist beats this
         rows = self.w[idx]                                                  # (N, k, H)
