@@ -23,7 +23,7 @@ from .cache import new_cache
 from .config import DecodeConfig
 from .engine import Decoder, truncate
 from .records import StepRecord
-from .tree import select_dynamic
+from .replay import replay_runs
 
 SIZES = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 26, 32, 40, 48, 60)
 DEPTHS = (1, 2, 3, 4, 5, 6, 7)
@@ -47,52 +47,6 @@ class Option:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "tokens_per_s": self.tokens_per_s}
-
-
-def _replayed(r: StepRecord, total_tokens: int, depth: int) -> int:
-    """Tokens one recorded step would have produced with the tree of the `total_tokens - 1` best-scored drafted
-    nodes of depth <= `depth`, walking the target's recorded choices from the root.
-
-    A record lists its nodes in drafting order, level by level, so the nodes of depth <= `depth` are a prefix
-    of it: that prefix is the pool a `depth`-level draft would have grown, and the engine's own rerank
-    (`select_dynamic`) picks from it."""
-    pool = [n for n in r.nodes if n.depth <= depth]
-    if len(pool) < len(r.nodes) and r.nodes[len(pool)].depth <= depth:
-        raise ValueError("a record's nodes are not in drafting order")
-    keep = set(select_dynamic(pool, total_tokens - 1))
-    node, accepted = r.nodes[0], 0
-    while node.target_token is not None:
-        nxt = [n for n in pool if n.parent == node.id and n.id in keep and n.token == node.target_token]
-        if not nxt:
-            break
-        node, accepted = nxt[0], accepted + 1
-    return accepted + 1
-
-
-def replay_tau(records: list[StepRecord], total_tokens: int, depth: int) -> float:
-    """Mean accept length the smaller tree (see `_replayed`) would have had on these recorded steps."""
-    steps = [r for r in records if r.nodes]
-    if not steps:
-        raise ValueError("no drafted steps to replay")
-    return sum(_replayed(r, total_tokens, depth) for r in steps) / len(steps)
-
-
-def replay_runs(runs: list[list[StepRecord]], total_tokens: int, depth: int) -> float:
-    """Accept length of the smaller tree over several decodes, as a bench counts it: all their tokens over
-    all the steps it would have taken. A decode that the big tree covered in few steps (an answer that
-    repeats itself) would take the small tree many more, so pooling the recorded steps would underweight it
-    and overrate big trees: each decode's tokens are divided by its own replayed accept length instead
-    (tokens / tau steps). Replay against real decodes of the eight tuning prompts at 128 tokens: within
-    1.4% for 3-10 nodes at depths 2-4, where pooling the steps was 0.6-2.7% low."""
-    tokens = steps = 0.0
-    for records in runs:
-        drafted = [r for r in records if r.nodes]
-        if drafted:
-            n = sum(len(r.accepted) + 1 for r in drafted)  # the tokens those steps covered
-            tokens, steps = tokens + n, steps + n / replay_tau(drafted, total_tokens, depth)
-    if not steps:
-        raise ValueError("no drafted steps to replay")
-    return tokens / steps
 
 
 @torch.inference_mode()
@@ -143,7 +97,7 @@ def tune(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes=None,
         say(f"tuning: warm-up decode {i + 1}/{len(prompts)} ({big.total_tokens} nodes, depth {big.depth})")
         runs.append([r for r, _ in _timed_steps(dec, ids, big)])
     # ms of a step outside verify at each depth: drafting, commit, building the record. Timed with every
-    # level fully drafted: the early cut (`tree.cutoff`) drafts less the fewer nodes are kept, so timing it
+    # level fully drafted: the early cut (`rerank.cutoff`) drafts less the fewer nodes are kept, so timing it
     # at the smallest size would flatter the larger ones; the full cost is an upper bound for every size.
     rest, prune = {}, dec.prune
     try:

@@ -23,7 +23,8 @@ from .config import DecodeConfig
 from .lookup import continuation
 from .records import KEPT, PRUNED, ROOT, UNEXPANDED, Node, StepRecord
 from .tokens import TokenText
-from .tree import Candidate, additive_mask, cutoff, select_dynamic, static_children, tree_inputs
+from .rerank import Candidate, cutoff, select_dynamic
+from .tree import additive_mask, static_children, tree_inputs
 from .verify import accept_greedy, accept_sampling, sample_token
 
 
@@ -84,7 +85,7 @@ class Decoder:
         # Greedy tokens through a bf16 shortlist proved exact (eagle2/argmax.py) where that applies; None: the
         # full float32 lm_head's argmax.
         self.greedy_head = GreedyTokens(self.lm_head) if GreedyTokens.applies(self.lm_head) else None
-        # EAGLE-2 skips expanding nodes that can no longer reach the kept tree (`tree.cutoff`): the kept
+        # EAGLE-2 skips expanding nodes that can no longer reach the kept tree (`rerank.cutoff`): the kept
         # tree is the same, the drafting cheaper. Off only to check that claim.
         self.prune = True
 

@@ -2,12 +2,10 @@
 
 `tree_inputs` derives the verification inputs (additive 4D mask, position ids, root-to-leaf paths) from
 the parents list; both tree kinds and the draft head's level-by-level drafting go through it.
-`select_dynamic` is EAGLE-2's rerank; `static_children` reads an EAGLE-1 tree given as child-rank paths.
+`static_children` reads an EAGLE-1 tree given as child-rank paths; EAGLE-2's rerank is in `rerank`.
 """
 from __future__ import annotations
 
-import heapq
-import math
 from dataclasses import dataclass
 
 import torch
@@ -69,49 +67,6 @@ def tree_inputs(parents: list[int], past_len: int, dtype: torch.dtype, device: t
     mask = additive_mask(ancestor_matrix(parents), past_len, dtype).to(device)
     pos = torch.tensor([past_len + d for d in depths(parents)], device=device)[None]
     return TreeInputs(mask=mask, position_ids=pos, paths=leaf_paths(parents))
-
-
-@dataclass
-class Candidate:
-    """A drafted node while the tree is being grown (becomes a records.Node afterwards)."""
-
-    parent: int
-    token: int
-    depth: int
-    rank: int
-    logp: float      # local log-probability under the draft
-    score: float     # cumulative log-probability
-    expanded: bool = False
-    source: str = "draft"  # who proposed it: "draft", "lookup" (prompt lookup only) or "both"
-
-
-def select_dynamic(pool: list[Candidate], keep: int, forced: list[int] | tuple[int, ...] = ()) -> list[int]:
-    """EAGLE-2 rerank: indices (into pool, pool[0] = root) of the root plus the best `keep` drafted nodes.
-
-    `forced` nodes (a branch hanging from the root, such as the prompt-lookup chain) are kept first and count
-    towards `keep`; the rest of the budget goes to the best other nodes.
-    Scores never rise along a path, so the top set is connected; a stable sort breaks ties towards
-    shallower (earlier-drafted) nodes, which keeps that true when scores are equal.
-    """
-    chosen = set(forced[:keep])
-    order = [i for i in sorted(range(1, len(pool)), key=lambda i: -pool[i].score) if i not in chosen]  # stable
-    chosen |= set(order[:keep - len(chosen)])
-    for i in chosen:  # connectivity is an invariant; fail loudly rather than verify a broken tree
-        p = pool[i].parent
-        if p != 0 and p not in chosen:
-            raise AssertionError(f"rerank kept node {i} without its parent {p}")
-    return [0] + sorted(chosen, key=lambda i: (pool[i].depth, i))
-
-
-def cutoff(pool: list[Candidate], keep: int) -> float:
-    """The score a drafted node's descendants must beat to ever be among the best `keep` of this pool.
-
-    Scores never rise along a path and the pool only grows, so a node scoring at or below the keep-th best
-    drafted score so far has no descendant the rerank could keep (a later node ties after earlier ones):
-    expanding it would only draft nodes `select_dynamic` prunes. -inf while the pool has fewer nodes."""
-    if len(pool) - 1 < keep:
-        return -math.inf
-    return heapq.nlargest(keep, (c.score for c in pool[1:]))[-1]
 
 
 def static_children(paths: tuple[tuple[int, ...], ...]) -> dict[tuple[int, ...], list[int]]:

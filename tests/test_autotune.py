@@ -8,7 +8,8 @@ import random
 import pytest
 
 from eagle2.api import decoder_for
-from eagle2.autotune import MARGIN, Option, choose, replay_runs, replay_tau, time_verify, tune, warmup_texts
+from eagle2.autotune import MARGIN, Option, choose, time_verify, tune, warmup_texts
+from eagle2.replay import replay_runs, replay_tau
 from eagle2.config import DecodeConfig
 from eagle2.engine import Decoder, encode_prompt
 

@@ -6,7 +6,8 @@ import torch
 from transformers import DynamicCache
 
 from eagle2.config import DecodeConfig, parse_tree
-from eagle2.tree import Candidate, ancestor_matrix, depths, leaf_paths, select_dynamic, tree_inputs
+from eagle2.rerank import Candidate, select_dynamic
+from eagle2.tree import ancestor_matrix, depths, leaf_paths, tree_inputs
 from tests.conftest import tiny_target
 
 PARENTS = [-1, 0, 0, 1, 1, 2, 3, 5]  # root with two branches of depth 3

@@ -1,0 +1,80 @@
+"""Replay recorded greedy EAGLE-2 steps with smaller trees, without drafting or verifying again (no torch).
+
+A step's record lists every drafted node with its score, and the target's own choice after each verified
+one. The tree EAGLE-2 would have kept with fewer nodes (or fewer levels) is what the engine's rerank
+(`rerank.select_dynamic`) keeps of those nodes, and the target's recorded choices say how far along it the
+target would have accepted. The tuner (`autotune`) picks a tree size with this, and the page draws each
+run's accept length against tree size with it. Greedy only: sampling accepts by chance.
+"""
+from __future__ import annotations
+
+from .records import StepRecord
+
+
+def accept_by_size(r: StepRecord, max_nodes: int, depth: int | None = None) -> list[int]:
+    """Tokens one recorded step would have produced with a tree of n nodes, for n = 1..`max_nodes`: the root
+    plus the n - 1 best-scored drafted nodes of depth <= `depth` (all when None), walking the target's
+    recorded choices from the root.
+
+    A record lists its nodes in drafting order, level by level, so the nodes of depth <= `depth` are a prefix
+    of it: that prefix is the pool a `depth`-level draft would have grown. The engine's rerank
+    (`rerank.select_dynamic`) keeps the best n - 1 of a pool in a stable sort by score; scores never rise
+    along a path and ties go to the earlier-drafted node, so the nodes on the target's path come in that
+    order one after another, and the tree of n nodes accepts those of them that sort before place n - 1.
+    Past the recorded tree the target's choices are unknown: n beyond the recorded verified nodes (at the
+    recorded depth) is an undercount, so callers stay within them."""
+    pool = r.nodes if depth is None else [n for n in r.nodes if n.depth <= depth]
+    if len(pool) < len(r.nodes) and r.nodes[len(pool)].depth <= depth:
+        raise ValueError("a record's nodes are not in drafting order")
+    order = sorted(range(1, len(pool)), key=lambda i: -pool[i].score)  # stable, as select_dynamic's
+    place = {pool[i].id: k for k, i in enumerate(order)}
+    child = {}
+    for n in pool[1:]:
+        child.setdefault((n.parent, n.token), n)
+    path, node = [], pool[0]
+    while node.target_token is not None and (node.id, node.target_token) in child:
+        node = child[(node.id, node.target_token)]
+        path.append(place[node.id])
+    return [1 + sum(k < n - 1 for k in path) for n in range(1, max_nodes + 1)]
+
+
+def replayed_step(r: StepRecord, total_tokens: int, depth: int) -> int:
+    """Tokens one recorded step would have produced with the tree of the `total_tokens - 1` best-scored drafted
+    nodes of depth <= `depth` (see `accept_by_size`)."""
+    return accept_by_size(r, total_tokens, depth)[-1]
+
+
+def size_curve(records: list[StepRecord], max_nodes: int) -> list[float]:
+    """Mean accept length over these recorded steps had each kept the root plus its n - 1 best drafted nodes,
+    for n = 1..`max_nodes`, at the recorded depth."""
+    steps = [r for r in records if r.nodes]
+    if not steps:
+        raise ValueError("no drafted steps to replay")
+    per_step = [accept_by_size(r, max_nodes) for r in steps]
+    return [sum(col) / len(steps) for col in zip(*per_step)]
+
+
+def replay_tau(records: list[StepRecord], total_tokens: int, depth: int) -> float:
+    """Mean accept length the smaller tree (see `replayed_step`) would have had on these recorded steps."""
+    steps = [r for r in records if r.nodes]
+    if not steps:
+        raise ValueError("no drafted steps to replay")
+    return sum(replayed_step(r, total_tokens, depth) for r in steps) / len(steps)
+
+
+def replay_runs(runs: list[list[StepRecord]], total_tokens: int, depth: int) -> float:
+    """Accept length of the smaller tree over several decodes, as a bench counts it: all their tokens over
+    all the steps it would have taken. A decode that the big tree covered in few steps (an answer that
+    repeats itself) would take the small tree many more, so pooling the recorded steps would underweight it
+    and overrate big trees: each decode's tokens are divided by its own replayed accept length instead
+    (tokens / tau steps). Replay against real decodes of the eight tuning prompts at 128 tokens: within
+    1.4% for 3-10 nodes at depths 2-4, where pooling the steps was 0.6-2.7% low."""
+    tokens = steps = 0.0
+    for records in runs:
+        drafted = [r for r in records if r.nodes]
+        if drafted:
+            n = sum(len(r.accepted) + 1 for r in drafted)  # the tokens those steps covered
+            tokens, steps = tokens + n, steps + n / replay_tau(drafted, total_tokens, depth)
+    if not steps:
+        raise ValueError("no drafted steps to replay")
+    return tokens / steps

@@ -1,0 +1,52 @@
+"""EAGLE-2's rerank as plain Python (no torch): the candidate nodes of a growing tree, which of them to keep,
+and the score a node must beat to be worth expanding. The engine drafts with it; `replay` re-runs it on
+recorded steps, which the page's charts do without loading torch.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+
+@dataclass
+class Candidate:
+    """A drafted node while the tree is being grown (becomes a records.Node afterwards)."""
+
+    parent: int
+    token: int
+    depth: int
+    rank: int
+    logp: float      # local log-probability under the draft
+    score: float     # cumulative log-probability
+    expanded: bool = False
+    source: str = "draft"  # who proposed it: "draft", "lookup" (prompt lookup only) or "both"
+
+
+def select_dynamic(pool: list[Candidate], keep: int, forced: list[int] | tuple[int, ...] = ()) -> list[int]:
+    """EAGLE-2 rerank: indices (into pool, pool[0] = root) of the root plus the best `keep` drafted nodes.
+
+    `forced` nodes (a branch hanging from the root, such as the prompt-lookup chain) are kept first and count
+    towards `keep`; the rest of the budget goes to the best other nodes.
+    Scores never rise along a path, so the top set is connected; a stable sort breaks ties towards
+    shallower (earlier-drafted) nodes, which keeps that true when scores are equal.
+    """
+    chosen = set(forced[:keep])
+    order = [i for i in sorted(range(1, len(pool)), key=lambda i: -pool[i].score) if i not in chosen]  # stable
+    chosen |= set(order[:keep - len(chosen)])
+    for i in chosen:  # connectivity is an invariant; fail loudly rather than verify a broken tree
+        p = pool[i].parent
+        if p != 0 and p not in chosen:
+            raise AssertionError(f"rerank kept node {i} without its parent {p}")
+    return [0] + sorted(chosen, key=lambda i: (pool[i].depth, i))
+
+
+def cutoff(pool: list[Candidate], keep: int) -> float:
+    """The score a drafted node's descendants must beat to ever be among the best `keep` of this pool.
+
+    Scores never rise along a path and the pool only grows, so a node scoring at or below the keep-th best
+    drafted score so far has no descendant the rerank could keep (a later node ties after earlier ones):
+    expanding it would only draft nodes `select_dynamic` prunes. -inf while the pool has fewer nodes."""
+    if len(pool) - 1 < keep:
+        return -math.inf
+    return heapq.nlargest(keep, (c.score for c in pool[1:]))[-1]
