@@ -107,6 +107,7 @@ def _extras(ui: SimpleNamespace) -> None:
         with gr.Row():
             ui.heat = {m: gr.Plot(fig, show_label=False) for m, fig in zip(TREE_METHODS, empty[1:3])}
         ui.accept = gr.Plot(empty[3], show_label=False)
+        ui.size = gr.Plot(empty[4], show_label=False)
     with gr.Accordion("Trace and serving", open=True):
         ui.flags = gr.Code(sglang_flags(d.depth, d.top_k, d.total_tokens), language="shell",
                            label="SGLang launch flags for the same dynamic tree", interactive=False)
@@ -135,14 +136,14 @@ def _show(u: Update) -> list:
     vals += [u.captions[m] if u.captions and m in u.captions else gr.skip() for m in TREE_METHODS]
     vals += [u.texts[m] if u.texts and m in u.texts else gr.skip() for m in TREE_METHODS]
     vals.append(u.metrics if u.metrics is not None else gr.skip())
-    vals += list(u.analysis) if u.analysis else [gr.skip()] * 4
+    vals += list(u.analysis) if u.analysis else [gr.skip()] * 5
     return vals
 
 
 def _outputs(ui: SimpleNamespace) -> list:
     """The components _show fills, in its order."""
     return [ui.state, ui.status, ui.info, *ui.trees.values(), *ui.sliders.values(), *ui.captions.values(),
-            *ui.texts.values(), ui.metrics, ui.calib, *ui.heat.values(), ui.accept]
+            *ui.texts.values(), ui.metrics, ui.calib, *ui.heat.values(), ui.accept, ui.size]
 
 
 @_on_gpu

@@ -10,7 +10,8 @@ import plotly.graph_objects as go
 
 from app_parts.session import TREE_METHODS, Session
 from eagle2.records import ACCEPTED, KEPT, ROOT, Node, StepRecord
-from viz import accept_length_figure, calibration_figure, metrics_rows, position_heatmap, tokens_html, tree_figure
+from viz import (accept_length_figure, calibration_figure, metrics_rows, position_heatmap, tokens_html, tree_figure,
+                 tree_size_figure)
 
 TREE_HEIGHT = 600
 LABELS = {"eagle2": "EAGLE-2 (dynamic tree)", "eagle1": "EAGLE-1 (static tree)", "vanilla": "plain decoding"}
@@ -105,15 +106,17 @@ def metrics_markdown(session: Session) -> str:
     return "\n".join(lines) + "\n\n" + note
 
 
-def analysis_views(session: Session) -> tuple[go.Figure, go.Figure, go.Figure, go.Figure]:
-    """Calibration, acceptance by position for each tree, and accept length per step."""
+def analysis_views(session: Session) -> tuple[go.Figure, go.Figure, go.Figure, go.Figure, go.Figure]:
+    """Calibration, acceptance by position for each tree, accept length per step, and accept length by tree
+    size (replayed from the EAGLE-2 run's records)."""
     runs = {m: session.records(m) for m in TREE_METHODS if session.records(m)}
     heat = []
     for m in TREE_METHODS:
         fig = position_heatmap(session.records(m))
         fig.update_layout(title=dict(text=f"{LABELS[m]}: acceptance by tree position"))
         heat.append(fig)
-    return calibration_figure(runs), heat[0], heat[1], accept_length_figure(runs)
+    size = tree_size_figure(session.records("eagle2"), session.meta, session.records("eagle1"))
+    return calibration_figure(runs), heat[0], heat[1], accept_length_figure(runs), size
 
 
 def step_caption(rec: StepRecord | None) -> str:

@@ -47,7 +47,7 @@ def test_run_streams_both_trees_with_the_same_budget(finished):
     live = [u for u in finished if u.trees and set(u.trees) == {"eagle2", "eagle1"} and not u.done]
     assert len(live) >= 2, "both trees should stream while decoding"
     last = finished[-1]
-    assert last.done and last.error is None and last.analysis is not None and len(last.analysis) == 4
+    assert last.done and last.error is None and last.analysis is not None and len(last.analysis) == 5
     s = last.session
     assert set(s.runs) == {"eagle2", "eagle1", "vanilla"}
     for m in ("eagle2", "eagle1"):

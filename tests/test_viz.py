@@ -19,6 +19,8 @@ from viz import (
     tidy_layout,
     tokens_html,
     tree_figure,
+    tree_size_figure,
+    tree_size_table,
     visible_text,
 )
 
@@ -317,3 +319,37 @@ def test_prompt_lookup_nodes_are_marked_and_kept_out_of_the_rank_table():
     only = dataclasses.replace(rec, nodes=tuple(dataclasses.replace(n, source="lookup") if n.id == 3 else n
                                                 for n in rec.nodes))
     assert metrics_rows({"eagle2": [only, only]})[0]["lookup_accepted"] == 2
+
+
+def _chain_record() -> StepRecord:
+    """Root -> a (p .8) -> c (p .6) is the target's path; b (p .1) and d (p .2) are its rejected siblings."""
+    spec = [(0, -1, 0, 1.0, 101), (1, 0, 1, 0.8, 103), (2, 0, 1, 0.1, None), (3, 1, 2, 0.6, 999), (4, 1, 2, 0.2, None)]
+    score = {0: 0.0}
+    nodes = []
+    for i, parent, depth, prob, target in spec:
+        if i:
+            score[i] = score[parent] + math.log(prob)
+        nodes.append(Node(id=i, parent=parent, token=100 + i, text=str(i), depth=depth, rank=0, prob=prob,
+                          score=score[i], status=ROOT if i == 0 else KEPT, expanded=True,
+                          verdict=ACCEPTED if i in (0, 1, 3) else REJECTED, target_token=target,
+                          target_text=None))
+    return StepRecord(step=1, method="eagle2", prefix_len=10, nodes=tuple(nodes), accepted=(1, 3), bonus_token=999,
+                      new_tokens=(101, 103, 999), new_texts=("a", "c", "!"), new_sources=("draft", "draft", "target"),
+                      draft_ms=1.0, verify_ms=2.0, commit_ms=0.0)
+
+
+def test_tree_size_replay_from_the_run_records():
+    """Kept by score: a (place 0), c (1), d (2), b (3). With n nodes the target accepts the path nodes placed
+    before n - 1, so tau is 1, 2, 3, 3, 3 for n = 1..5 (the run's own 5 verified nodes)."""
+    recs = [plain_record(0, "A", "eagle2"), _chain_record()]
+    rows, why = tree_size_table(recs, {"temperature": 0.0})
+    assert why is None and [(r["nodes"], r["tau"]) for r in rows] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 3.0), (5, 3.0)]
+    fig = tree_size_figure(recs, {}, [plain_record(0, "A", "eagle1"), make_record(method="eagle1")])
+    line, own, static = fig.data
+    assert list(line.y) == [1.0, 2.0, 3.0, 3.0, 3.0] and (own.x[0], own.y[0]) == (5, 3.0)
+    assert (static.x[0], static.y[0]) == (7, 3.0) and "EAGLE-1" in static.name  # 7 verified, 2 accepted + bonus
+    assert fig.layout.annotations[0].text == "3 nodes already accept as much as 5"
+    for meta, words in [({"temperature": 0.7}, "greedy"), ({"lookup": True}, "prompt-lookup")]:
+        assert tree_size_table(recs, meta)[0] == [] and words in tree_size_table(recs, meta)[1]
+        assert words in tree_size_figure(recs, meta).layout.annotations[0].text
+    assert "no EAGLE-2 steps" in tree_size_figure([plain_record(0, "A", "eagle2")], {}).layout.annotations[0].text

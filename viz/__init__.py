@@ -10,6 +10,7 @@ from viz.charts import (
 from viz.labels import label_html, visible_text
 from viz.layout import tidy_layout
 from viz.tokens import legend_html, tokens_html
+from viz.tree_size import tree_size_figure, tree_size_table
 from viz.tree_figure import bonus_entry, node_class, tree_figure
 
 __all__ = [
@@ -26,5 +27,7 @@ __all__ = [
     "tidy_layout",
     "tokens_html",
     "tree_figure",
+    "tree_size_figure",
+    "tree_size_table",
     "visible_text",
 ]
