@@ -97,6 +97,13 @@ def test_layout_orders_children_by_rank_and_handles_root_only():
     assert tidy_layout([]) == {}
 
 
+def test_layout_slot_widths():
+    """Leaves sit in the middle of their slots: two narrow leaves between wide ones take 0.6 in all."""
+    pos = tidy_layout([(0, -1), (1, 0), (2, 0), (3, 0), (4, 0)], width={2: 0.3, 3: 0.3})
+    assert [pos[i][0] for i in (1, 2, 3, 4)] == pytest.approx([0.0, 0.65, 0.95, 1.6])
+    assert tidy_layout([(0, -1), (1, 0), (2, 0)], width={}) == tidy_layout([(0, -1), (1, 0), (2, 0)])
+
+
 def test_layout_deep_chain_does_not_recurse():
     pos = tidy_layout([(i, i - 1) for i in range(5000)])
     assert pos[4999] == (0.0, -4999.0) and pos[0] == (0.0, 0.0)
@@ -192,6 +199,12 @@ def test_pruned_labels_give_way_when_they_would_pile_up():
     assert len(faded.x) == PRUNED_LABELS_MAX + 3 and faded.text is None and faded.mode == "markers"
     assert all(len(p[4]) > 1 for i, p in node_points(fig).items() if p[3] == "pruned")  # hover data stays
     assert all(t.text for t in node_traces(fig, "accepted") + node_traces(fig, "rejected"))
+    # ... and each pruned subtree is squeezed into PRUNED_SLOT (0.12) of a slot (a kept leaf takes 1), so the 60 under " x"
+    # (id 7) take no more room than one pruned leaf, and the kept nodes keep theirs
+    pts = node_points(fig)
+    crowd_x = [pts[n + j][0] for j in range(PRUNED_LABELS_MAX)]
+    assert max(crowd_x) - min(crowd_x) < 0.12
+    assert max(p[0] for p in pts.values()) - min(p[0] for p in pts.values()) < len(TREE)
 
 
 def test_tree_figure_hides_pruned():

@@ -1,8 +1,11 @@
 """Tidy top-down tree layout, written out because networkx has none without graphviz.
 
-Leaves take consecutive integer x positions in depth-first order (children sorted by sibling rank),
-each parent sits at the mean x of its children, and y = -depth, so the root is on top and every
-level of the draft tree lines up on one row.
+Leaves take consecutive slots along x in depth-first order (children sorted by sibling rank), each
+parent sits at the mean x of its children, and y = -depth, so the root is on top and every level of the
+draft tree lines up on one row. A slot is 1 wide and a subtree as wide as its leaves' slots, unless
+`width` gives a node's whole subtree another width: its descendants are then squeezed (or spread) to fit.
+The tree figure squeezes each crowd of unlabelled pruned nodes this way, so the labelled kept nodes
+keep room for their text.
 """
 from __future__ import annotations
 
@@ -10,9 +13,13 @@ from collections.abc import Mapping, Sequence
 
 
 def tidy_layout(
-    pairs: Sequence[tuple[int, int]], rank: Mapping[int, float] | None = None
+    pairs: Sequence[tuple[int, int]], rank: Mapping[int, float] | None = None,
+    width: Mapping[int, float] | None = None,
 ) -> dict[int, tuple[float, float]]:
-    """Map each id in `pairs` (id, parent) to (x, y); a parent not among the ids marks a root."""
+    """Map each id in `pairs` (id, parent) to (x, y); a parent not among the ids marks a root. `width[id]`:
+    the width of that node's subtree (default: 1 for a leaf, its children's sum otherwise); with the
+    defaults leaves sit at x = 0, 1, 2, ..."""
+    width = width or {}
     ids = [i for i, _ in pairs]
     known = set(ids)
     order = {i: k for k, i in enumerate(ids)}  # list order breaks ties between equal ranks
@@ -31,23 +38,44 @@ def tidy_layout(
         kids.sort(key=sort_key)
     roots.sort(key=sort_key)
 
-    pos: dict[int, tuple[float, float]] = {}
-    next_x = 0.0
-    # Iterative post-order walk: deep trees must not hit Python's recursion limit.
+    # Pre-order with depths, iteratively: deep trees must not hit Python's recursion limit.
+    pre: list[tuple[int, int]] = []
+    seen: set[int] = set()
     for root in roots:
-        stack: list[tuple[int, int, bool]] = [(root, 0, False)]
+        stack = [(root, 0)]
         while stack:
-            node, depth, done = stack.pop()
-            if node in pos:
+            node, depth = stack.pop()
+            if node in seen:
                 continue  # guards against a malformed input that lists a node twice
-            kids = children[node]
-            if not kids:
-                pos[node] = (next_x, -float(depth))
-                next_x += 1.0
-            elif done:
-                xs = [pos[k][0] for k in kids if k in pos]
-                pos[node] = (sum(xs) / len(xs), -float(depth))
-            else:
-                stack.append((node, depth, True))
-                stack.extend((k, depth + 1, False) for k in reversed(kids))
+            seen.add(node)
+            pre.append((node, depth))
+            stack.extend((k, depth + 1) for k in reversed(children[node]))
+    kids_of = {n: [k for k in children[n] if k in seen] for n, _ in pre}
+    natural: dict[int, float] = {}
+    full: dict[int, float] = {}  # each subtree's width
+    for node, _ in reversed(pre):
+        natural[node] = sum(full[k] for k in kids_of[node])
+        full[node] = width.get(node, natural[node] if kids_of[node] else 1.0)
+    # Slots top-down: (left edge, scale); a subtree given another width than its natural one scales its children.
+    left: dict[int, float] = {}
+    scale: dict[int, float] = {}
+    cursor = -0.5
+    for node, _ in pre:
+        if node in roots and node not in left:
+            left[node], scale[node] = cursor, 1.0
+            cursor += full[node]
+        kids = kids_of[node]
+        if not kids:
+            continue
+        s = scale[node] * (full[node] / natural[node] if natural[node] > 0 else 1.0)
+        at = left[node] + (full[node] * scale[node] - natural[node] * s) / 2
+        for k in kids:
+            left[k], scale[k] = at, s
+            at += full[k] * s
+    pos: dict[int, tuple[float, float]] = {}
+    for node, depth in reversed(pre):
+        kids = kids_of[node]
+        x = (sum(pos[k][0] for k in kids) / len(kids) if kids
+             else left[node] + full[node] * scale[node] / 2)
+        pos[node] = (x, -float(depth))
     return pos

@@ -21,6 +21,9 @@ _FADED = (PRUNED, UNEXPANDED)
 # Above this many pruned nodes their labels overlap into a grey smear (top-k 10 over 6 levels drafts 510
 # nodes), so they keep their marks and hover text but lose the label; kept nodes are always labelled.
 PRUNED_LABELS_MAX = 60
+# Width of each unlabelled pruned subtree (a labelled leaf takes 1): in a crowd of pruned nodes the kept
+# ones would otherwise be squeezed until their own labels overlap.
+PRUNED_SLOT = 0.12
 _BONUS_COLOUR = "#ff7f0e"
 _LOOKUP_COLOUR = "#7b3294"
 _SOURCE = {"draft": "the draft's top-k", "lookup": "prompt lookup only", "both": "the draft and prompt lookup"}
@@ -182,7 +185,8 @@ def tree_figure(record: StepRecord, title: str = "", show_pruned: bool = True) -
     if bonus is not None:
         pairs.append((bonus_id, bonus_parent))
         rank[bonus_id] = math.inf  # rightmost under its parent, clear of the rejected siblings
-    pos = tidy_layout(pairs, rank)
+    faded = [n.id for n in shown if n.status in _FADED]
+    pos = tidy_layout(pairs, rank, {i: PRUNED_SLOT for i in faded} if len(faded) > PRUNED_LABELS_MAX else None)
 
     by_class: dict[str, list[Node]] = {cls: [] for cls in _NODE_STYLE}
     edges: dict[str, list] = {cls: [] for cls in _EDGE_STYLE}
