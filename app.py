@@ -107,7 +107,7 @@ def _extras(ui: SimpleNamespace) -> None:
         with gr.Row():
             ui.heat = {m: gr.Plot(fig, show_label=False) for m, fig in zip(TREE_METHODS, empty[1:3])}
         ui.accept = gr.Plot(empty[3], show_label=False)
-        ui.size = gr.Plot(empty[4], show_label=False)
+        ui.size = gr.Plot(empty[4], show_label=False, elem_id="tree-size")
     with gr.Accordion("Trace and serving", open=True):
         ui.flags = gr.Code(sglang_flags(d.depth, d.top_k, d.total_tokens), language="shell",
                            label="SGLang launch flags for the same dynamic tree", interactive=False)

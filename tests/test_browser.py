@@ -82,6 +82,9 @@ def test_generate_shows_two_trees_and_text(page):
         assert page.locator(f"#text-{m} .tok-text .tok").count() == 12
         assert re.search(r"step \d+:", _title(page, m))
     assert "plain decoding" in page.locator("#metrics").inner_text()
+    # the tree-size chart replays the EAGLE-2 run: a curve from 1 node (plain decoding) up to the run's own size
+    page.wait_for_function("() => (document.querySelector('#tree-size .gtitle')?.textContent || '').includes('replayed')")
+    assert page.locator("#tree-size .scatterlayer .trace").count() >= 3  # replayed curve, EAGLE-2 as run, EAGLE-1
     SHOT.parent.mkdir(exist_ok=True)
     page.evaluate("window.scrollTo(0, 0)")
     page.screenshot(path=str(SHOT))
