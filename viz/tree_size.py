@@ -24,7 +24,7 @@ def tree_size_table(eagle2: list[StepRecord], meta: dict) -> tuple[list[dict], s
         return [], "no EAGLE-2 steps yet"
     if float(meta.get("temperature") or 0.0) > 0.0:
         return [], "the replay needs greedy decoding (temperature 0): a sampled verdict depends on its draw"
-    if meta.get("lookup"):
+    if meta.get("lookup") or any(n.source != "draft" for r in steps for n in r.nodes[1:]):
         return [], "the replay leaves out runs with the prompt-lookup branch (it is verified whatever its score)"
     n_max = max(len(r.verified) for r in steps)
     return [{"nodes": n, "tau": t} for n, t in enumerate(size_curve(steps, n_max), start=1)], None
