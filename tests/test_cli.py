@@ -18,6 +18,10 @@ def test_generate_json_contract(capsys, embedded):
         assert key in out, key
     assert out["method"] == "eagle2" and out["new_tokens"] == len(out["token_ids"]) <= 12
     assert out["mean_accept_length"] == pytest.approx(out["new_tokens"] / out["target_forwards"])
+    curve = out["replayed_accept_length_by_nodes"]  # 1 node = plain decoding, then up to the 26-node default
+    assert len(curve) == 26 and curve[0] == 1.0 and curve == sorted(curve)
+    assert main(["generate", "--prompt", "Name three colours.", "--max-new-tokens", "6", "--json", "--lookup"]) == 0
+    assert "replayed_accept_length_by_nodes" not in json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
 def test_generate_plain_text_and_errors(capsys):
