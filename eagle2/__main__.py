@@ -90,11 +90,12 @@ def cmd_generate(args: argparse.Namespace) -> None:
         out = res.to_json()
         out.update(model=bundle.model_name, head=bundle.head_name, device=bundle.describe())
         steps = [r for r in res.records if r.nodes]
-        if cfg.method == "eagle2" and cfg.greedy and not cfg.lookup and steps:
+        if cfg.method in ("eagle2", "eagle1") and cfg.greedy and not cfg.lookup and steps:
             from .replay import size_curve
 
-            # what a tree of 1, 2, ... total_tokens nodes would have accepted a step on this run's own steps
-            curve = size_curve(steps, max(len(r.verified) for r in steps))
+            # what a tree of 1, 2, ... N nodes would have accepted a step on this run's own steps (EAGLE-1: its
+            # static tree cut breadth first)
+            curve = size_curve(steps, max(len(r.verified) for r in steps), static=cfg.method == "eagle1")
             out["replayed_accept_length_by_nodes"] = [round(t, 4) for t in curve]
         print(json.dumps(out))
     else:

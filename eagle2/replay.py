@@ -11,22 +11,24 @@ from __future__ import annotations
 from .records import StepRecord
 
 
-def accept_by_size(r: StepRecord, max_nodes: int, depth: int | None = None) -> list[int]:
+def accept_by_size(r: StepRecord, max_nodes: int, depth: int | None = None, static: bool = False) -> list[int]:
     """Tokens one recorded step would have produced with a tree of n nodes, for n = 1..`max_nodes`: the root
     plus the n - 1 best-scored drafted nodes of depth <= `depth` (all when None), walking the target's
-    recorded choices from the root.
+    recorded choices from the root. `static`: an EAGLE-1 step instead, whose smaller trees are its first
+    n - 1 nodes in drafting order (the static tree cut breadth first, as its paths are listed).
 
     A record lists its nodes in drafting order, level by level, so the nodes of depth <= `depth` are a prefix
     of it: that prefix is the pool a `depth`-level draft would have grown. The engine's rerank
     (`rerank.select_dynamic`) keeps the best n - 1 of a pool in a stable sort by score; scores never rise
     along a path and ties go to the earlier-drafted node, so the nodes on the target's path come in that
     order one after another, and the tree of n nodes accepts those of them that sort before place n - 1.
+    A static tree drafts a parent before its children, so the same holds for its drafting order.
     Past the recorded tree the target's choices are unknown: n beyond the recorded verified nodes (at the
     recorded depth) is an undercount, so callers stay within them."""
     pool = r.nodes if depth is None else [n for n in r.nodes if n.depth <= depth]
     if len(pool) < len(r.nodes) and r.nodes[len(pool)].depth <= depth:
         raise ValueError("a record's nodes are not in drafting order")
-    order = sorted(range(1, len(pool)), key=lambda i: -pool[i].score)  # stable, as select_dynamic's
+    order = range(1, len(pool)) if static else sorted(range(1, len(pool)), key=lambda i: -pool[i].score)  # stable
     place = {pool[i].id: k for k, i in enumerate(order)}
     child = {}
     for n in pool[1:]:
@@ -44,13 +46,13 @@ def replayed_step(r: StepRecord, total_tokens: int, depth: int) -> int:
     return accept_by_size(r, total_tokens, depth)[-1]
 
 
-def size_curve(records: list[StepRecord], max_nodes: int) -> list[float]:
-    """Mean accept length over these recorded steps had each kept the root plus its n - 1 best drafted nodes,
-    for n = 1..`max_nodes`, at the recorded depth."""
+def size_curve(records: list[StepRecord], max_nodes: int, static: bool = False) -> list[float]:
+    """Mean accept length over these recorded steps had each kept the root plus its n - 1 best drafted nodes
+    (`static`: its first n - 1), for n = 1..`max_nodes`, at the recorded depth."""
     steps = [r for r in records if r.nodes]
     if not steps:
         raise ValueError("no drafted steps to replay")
-    per_step = [accept_by_size(r, max_nodes) for r in steps]
+    per_step = [accept_by_size(r, max_nodes, static=static) for r in steps]
     return [sum(col) / len(steps) for col in zip(*per_step)]
 
 

@@ -22,6 +22,10 @@ def test_generate_json_contract(capsys, embedded):
     assert len(curve) == 26 and curve[0] == 1.0 and curve == sorted(curve)
     assert main(["generate", "--prompt", "Name three colours.", "--max-new-tokens", "6", "--json", "--lookup"]) == 0
     assert "replayed_accept_length_by_nodes" not in json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main(["generate", "--prompt", "Name three colours.", "--max-new-tokens", "6", "--json",
+                 "--method", "eagle1"]) == 0
+    static = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["replayed_accept_length_by_nodes"]
+    assert len(static) == 26 and static[0] == 1.0 and static == sorted(static)
 
 
 def test_generate_plain_text_and_errors(capsys):

@@ -49,3 +49,50 @@ def test_size_curve_starts_at_plain_decoding_grows_and_ends_at_the_run(records):
     assert curve[5] == pytest.approx(replay_tau(records, 6, 5))
     with pytest.raises(ValueError):
         size_curve([], 4)
+
+
+def _static_walk(r, n: int) -> int:
+    """Reference for a static tree: keep its first n - 1 drafted nodes, then follow the target's choices."""
+    keep = {c.id for c in r.nodes[:n]}
+    node, accepted = r.nodes[0], 0
+    while node.target_token is not None:
+        nxt = [c for c in r.nodes if c.parent == node.id and c.id in keep and c.token == node.target_token]
+        if not nxt:
+            break
+        node, accepted = nxt[0], accepted + 1
+    return accepted + 1
+
+
+def test_static_tree_cut_breadth_first_equals_the_walk(tiny):
+    target, head, tok = tiny
+    dec = Decoder(target, head, tok, eos_ids=set())
+    cfg = DecodeConfig(method="eagle1", max_new_tokens=12, top_k=4)  # mc_sim_7b_63: 26 nodes, 5 levels
+    records = [r for ids in PROMPTS for r in dec.run(ids, cfg) if r.nodes]
+    for r in records:
+        assert accept_by_size(r, 26, static=True) == [_static_walk(r, n) for n in range(1, 27)]
+    assert max(len(r.accepted) for r in records) >= 2
+    curve = size_curve(records, 26, static=True)
+    assert curve[-1] == pytest.approx(sum(len(r.accepted) + 1 for r in records) / len(records))
+
+
+@pytest.mark.slow
+def test_static_replay_equals_running_the_cut_tree(embedded):
+    """The first step has the same context in both runs: the 26-node tree's replay at n nodes must give what
+    the tree cut to its first n - 1 paths accepts."""
+    from eagle2.api import decoder_for
+    from eagle2.autotune import warmup_texts
+    from eagle2.config import parse_tree
+    from eagle2.engine import encode_prompt
+
+    dec = decoder_for(embedded)
+    full = DecodeConfig(method="eagle1", max_new_tokens=2)
+    paths = parse_tree("mc_sim_7b_63", 10)
+    deep = 0
+    for text in warmup_texts(4):
+        ids = encode_prompt(embedded.tokenizer, text)
+        first = list(dec.run(ids, full))[1]
+        for n in (2, 5, 8, 13, 21):
+            cut = list(dec.run(ids, DecodeConfig(method="eagle1", max_new_tokens=2, tree=paths[:n - 1])))[1]
+            assert accept_by_size(first, n, static=True)[-1] == len(cut.accepted) + 1, (text, n)
+            deep = max(deep, len(cut.accepted))
+    assert deep >= 2  # the replay walked real paths beyond the first level

@@ -334,7 +334,7 @@ def test_prompt_lookup_nodes_are_marked_and_kept_out_of_the_rank_table():
     assert metrics_rows({"eagle2": [only, only]})[0]["lookup_accepted"] == 2
 
 
-def _chain_record() -> StepRecord:
+def _chain_record(method: str = "eagle2") -> StepRecord:
     """Root -> a (p .8) -> c (p .6) is the target's path; b (p .1) and d (p .2) are its rejected siblings."""
     spec = [(0, -1, 0, 1.0, 101), (1, 0, 1, 0.8, 103), (2, 0, 1, 0.1, None), (3, 1, 2, 0.6, 999), (4, 1, 2, 0.2, None)]
     score = {0: 0.0}
@@ -346,22 +346,27 @@ def _chain_record() -> StepRecord:
                           score=score[i], status=ROOT if i == 0 else KEPT, expanded=True,
                           verdict=ACCEPTED if i in (0, 1, 3) else REJECTED, target_token=target,
                           target_text=None))
-    return StepRecord(step=1, method="eagle2", prefix_len=10, nodes=tuple(nodes), accepted=(1, 3), bonus_token=999,
+    return StepRecord(step=1, method=method, prefix_len=10, nodes=tuple(nodes), accepted=(1, 3), bonus_token=999,
                       new_tokens=(101, 103, 999), new_texts=("a", "c", "!"), new_sources=("draft", "draft", "target"),
                       draft_ms=1.0, verify_ms=2.0, commit_ms=0.0)
 
 
 def test_tree_size_replay_from_the_run_records():
-    """Kept by score: a (place 0), c (1), d (2), b (3). With n nodes the target accepts the path nodes placed
-    before n - 1, so tau is 1, 2, 3, 3, 3 for n = 1..5 (the run's own 5 verified nodes)."""
+    """EAGLE-2 keeps by score: a (place 0), c (1), d (2), b (3); with n nodes the target accepts the path nodes
+    placed before n - 1, so tau is 1, 2, 3, 3, 3 for n = 1..5. The same step as a static tree keeps its first
+    n - 1 nodes in drafting order, a (0), b (1), c (2), d (3): tau 1, 2, 2, 3, 3."""
     recs = [plain_record(0, "A", "eagle2"), _chain_record()]
-    rows, why = tree_size_table(recs, {"temperature": 0.0})
-    assert why is None and [(r["nodes"], r["tau"]) for r in rows] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 3.0), (5, 3.0)]
-    fig = tree_size_figure(recs, {}, [plain_record(0, "A", "eagle1"), make_record(method="eagle1")])
-    line, own, static = fig.data
-    assert list(line.y) == [1.0, 2.0, 3.0, 3.0, 3.0] and (own.x[0], own.y[0]) == (5, 3.0)
-    assert (static.x[0], static.y[0]) == (7, 3.0) and "EAGLE-1" in static.name  # 7 verified, 2 accepted + bonus
-    assert fig.layout.annotations[0].text == "3 nodes already accept as much as 5"
+    static = [plain_record(0, "A", "eagle1"), _chain_record("eagle1")]
+    rows, why = tree_size_table(recs, {"temperature": 0.0}, static)
+    assert why is None
+    assert [(r["nodes"], r["eagle2"], r["eagle1"]) for r in rows] == [
+        (1, 1.0, 1.0), (2, 2.0, 2.0), (3, 3.0, 2.0), (4, 3.0, 3.0), (5, 3.0, 3.0)]
+    assert [r["eagle1"] for r in tree_size_table(recs, {})[0]] == [None] * 5  # no EAGLE-1 run: no curve
+    fig = tree_size_figure(recs, {"static_tree": "mc_sim_7b_63"}, static)
+    line2, own2, line1, own1 = fig.data
+    assert list(line2.y) == [1.0, 2.0, 3.0, 3.0, 3.0] and (own2.x[0], own2.y[0]) == (5, 3.0)
+    assert list(line1.y) == [1.0, 2.0, 2.0, 3.0, 3.0] and "mc_sim_7b_63" in line1.name and "EAGLE-1" in own1.name
+    assert fig.layout.annotations[0].text == "EAGLE-2: 3 nodes already accept as much as 5"
     for meta, words in [({"temperature": 0.7}, "greedy"), ({"lookup": True}, "prompt-lookup")]:
         assert tree_size_table(recs, meta)[0] == [] and words in tree_size_table(recs, meta)[1]
         assert words in tree_size_figure(recs, meta).layout.annotations[0].text
