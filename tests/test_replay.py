@@ -14,9 +14,8 @@ _rng = random.Random(1)
 PROMPTS = [[_rng.randrange(1, 16) for _ in range(_rng.randrange(3, 9))] for _ in range(10)]
 
 
-def _walk(r, n: int) -> int:
-    """Reference: keep what the engine's rerank keeps of the recorded pool, then follow the target's choices."""
-    keep = set(select_dynamic(list(r.nodes), n - 1))
+def _follow(r, keep: set[int]) -> int:
+    """Tokens the step produces with only the `keep` nodes: follow the target's recorded choices from the root."""
     node, accepted = r.nodes[0], 0
     while node.target_token is not None:
         nxt = [c for c in r.nodes if c.parent == node.id and c.id in keep and c.token == node.target_token]
@@ -24,6 +23,11 @@ def _walk(r, n: int) -> int:
             break
         node, accepted = nxt[0], accepted + 1
     return accepted + 1
+
+
+def _walk(r, n: int) -> int:
+    """Reference: keep what the engine's rerank keeps of the recorded pool, then follow the target's choices."""
+    return _follow(r, set(select_dynamic(list(r.nodes), n - 1)))
 
 
 @pytest.fixture
@@ -53,14 +57,7 @@ def test_size_curve_starts_at_plain_decoding_grows_and_ends_at_the_run(records):
 
 def _static_walk(r, n: int) -> int:
     """Reference for a static tree: keep its first n - 1 drafted nodes, then follow the target's choices."""
-    keep = {c.id for c in r.nodes[:n]}
-    node, accepted = r.nodes[0], 0
-    while node.target_token is not None:
-        nxt = [c for c in r.nodes if c.parent == node.id and c.id in keep and c.token == node.target_token]
-        if not nxt:
-            break
-        node, accepted = nxt[0], accepted + 1
-    return accepted + 1
+    return _follow(r, {c.id for c in r.nodes[:n]})
 
 
 def test_static_tree_cut_breadth_first_equals_the_walk(tiny):
