@@ -50,7 +50,7 @@ class GreedyTokens:
         w = getattr(lm_head, "weight", None)
         return (isinstance(lm_head, torch.nn.Linear) and lm_head.bias is None and w is not None
                 and w.dtype == torch.float32 and w.device.type == "cpu" and kernels.patched(lm_head)
-                and kernels.available(torch.zeros(1, dtype=torch.bfloat16)))  # bf16 packing: native bf16 only
+                and kernels.supports(torch.bfloat16))
 
     def __call__(self, h: torch.Tensor) -> list[int]:
         """(N, H) float32 features -> the float32 lm_head's argmax token of each row."""

@@ -18,13 +18,18 @@ import torch
 ROWS_HINT = 32  # oneDNN picks its blocked layout for about this many rows; any row count works
 
 
-def available(weight: torch.Tensor) -> bool:
+def supports(dtype: torch.dtype, device: str = "cpu") -> bool:
     """oneDNN's packed linear applies to float32 weights on the CPU (and bfloat16 ones where the CPU has
     native bf16 instructions, see `native_bf16`)."""
     ops = torch.ops.mkldnn
-    dtype_ok = weight.dtype == torch.float32 or (weight.dtype == torch.bfloat16 and native_bf16())
-    return (weight.device.type == "cpu" and dtype_ok and torch.backends.mkldnn.is_available()
+    dtype_ok = dtype == torch.float32 or (dtype == torch.bfloat16 and native_bf16())
+    return (device == "cpu" and dtype_ok and torch.backends.mkldnn.is_available()
             and hasattr(ops, "_reorder_linear_weight") and hasattr(ops, "_linear_pointwise"))
+
+
+def available(weight: torch.Tensor) -> bool:
+    """Whether `weight` can be packed for oneDNN (`supports` its dtype and device)."""
+    return supports(weight.dtype, weight.device.type)
 
 
 def native_bf16() -> bool:

@@ -168,7 +168,7 @@ def draft_dtype_for(draft_dtype: str, target_dtype: torch.dtype, device: torch.d
     from . import kernels as k
 
     fast = (device.type == "cpu" and target_dtype == torch.float32 and kernels != "torch"
-            and k.available(torch.zeros(1, dtype=torch.bfloat16)))  # bf16 packing: native bf16 only
+            and k.supports(torch.bfloat16))
     return torch.bfloat16 if fast else target_dtype
 
 
