@@ -60,10 +60,10 @@ def tidy_layout(
     left: dict[int, float] = {}
     scale: dict[int, float] = {}
     cursor = -0.5
+    for root in dict.fromkeys(r for r in roots if r in full):  # side by side, each listed once
+        left[root], scale[root] = cursor, 1.0
+        cursor += full[root]
     for node, _ in pre:
-        if node in roots and node not in left:
-            left[node], scale[node] = cursor, 1.0
-            cursor += full[node]
         kids = kids_of[node]
         if not kids:
             continue
