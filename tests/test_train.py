@@ -385,3 +385,36 @@ def test_shipped_heldout_rows_are_the_cards_held_out_prompts():
     assert len(rows) == len(set(rows)) == 161 and data["heldout_every"] == 25
     assert all(256 <= r < 2500 or 3250 <= r < 5000 for r in rows)
     assert "161 held-out answers" in Path("README.md").read_text()
+
+
+def test_generation_dtype_is_the_devices_unless_bf16_is_asked_for_and_native():
+    from eagle2.kernels import native_bf16
+    from eagle2.train.cli import _generation_dtype
+
+    cpu = torch.device("cpu")
+    assert _generation_dtype("auto", cpu, torch.float32) is torch.float32
+    assert _generation_dtype("float32", cpu, torch.bfloat16) is torch.float32
+    if native_bf16():
+        assert _generation_dtype("bfloat16", cpu, torch.float32) is torch.bfloat16
+    else:
+        with pytest.raises(SystemExit, match="emulated"):
+            _generation_dtype("bfloat16", cpu, torch.float32)
+
+
+def test_a_bf16_writer_stores_its_own_greedy_answers_in_the_usual_format(target, tmp_path):
+    class Tok:
+        pad_token_id = 0
+
+    import copy
+    half = copy.deepcopy(target).to(torch.bfloat16)
+    prompts = [[5, 9, 11, 200, 3], [17, 4, 8]]
+    got = generate_responses(half, Tok(), prompts, max_new_tokens=6, context=4)
+    write_shard(tmp_path / "s.safetensors", got)
+    back = read_shard(tmp_path / "s.safetensors")
+    for p, s, r in zip(prompts, got, back):
+        ids = torch.tensor([p])
+        ref = half.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
+                            pad_token_id=0, eos_token_id=-1)[0, len(p):].tolist()
+        assert s.argmax[s.start - 1:].tolist() == ref  # the bf16 target's own greedy choices
+        assert s.features.dtype == torch.float32 and r.features.dtype == torch.float16
+        assert r.tokens.tolist() == s.tokens.tolist() and torch.isfinite(r.features.float()).all()

@@ -24,10 +24,25 @@ def _load_target(args: argparse.Namespace):
 
     torch.set_num_threads(args.threads)
     device, dtype = pick_device(args.device)
+    dtype = _generation_dtype(getattr(args, "dtype", "auto"), device, dtype)
     target, tok = load_target(args.model, device, dtype)
     for p in target.parameters():
         p.requires_grad_(False)
     return target, tok
+
+
+def _generation_dtype(choice: str, device: torch.device, default: torch.dtype) -> torch.dtype:
+    """The target's dtype for writing data: the device's default, or bfloat16 when asked for. On a CPU that
+    multiplies bf16 in hardware (AVX512-BF16/AMX) a bf16 target generates about 3x faster than float32; its
+    answers and features differ from the float32 target's only by rounding, which the head's training absorbs
+    (inference still verifies with the float32 target, so outputs never change)."""
+    if choice == "auto":
+        return default
+    if choice == "bfloat16" and device.type == "cpu":
+        from ..kernels import native_bf16
+        if not native_bf16():
+            raise SystemExit("error: --dtype bfloat16 on this CPU would be emulated and slower; leave it out")
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[choice]
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
@@ -206,6 +221,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--probe", default="", help="comma-separated batch sizes: measure throughput and exit")
     g.add_argument("--rows", default=None,
                    help="JSON list of the prompt file's row numbers to answer (e.g. from `train heldout`)")
+    g.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
+                   help="the target's dtype while it writes (auto: the device's; bfloat16 is ~3x faster on CPUs "
+                        "with AVX512-BF16/AMX)")
     g.set_defaults(func=cmd_generate)
 
     h = sub.add_parser("heldout", help="list the prompt-file rows behind held-out sequences (for generate --rows)")
@@ -227,6 +245,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--openers", nargs="*", default=None,
                    help="words each request starts with, round robin (e.g. Write Solve Pretend; '' leaves a row "
                         "to the model); without it the model starts every request itself")
+    s.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
+                   help="the target's dtype while it writes (auto: the device's; bfloat16 is ~3x faster on CPUs "
+                        "with AVX512-BF16/AMX)")
     s.set_defaults(func=cmd_instructions)
 
     for name, fn, helptext in (("fit", cmd_fit, "train the head"), ("evaluate", cmd_evaluate, "held-out agreement"),
