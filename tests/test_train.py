@@ -1,6 +1,7 @@
 """Tests for eagle2/train: loss goes down, shards round-trip, checkpoints resume, batches are built right."""
 from __future__ import annotations
 
+import copy
 import json
 import random
 from pathlib import Path
@@ -405,7 +406,6 @@ def test_a_bf16_writer_stores_its_own_greedy_answers_in_the_usual_format(target,
     class Tok:
         pad_token_id = 0
 
-    import copy
     half = copy.deepcopy(target).to(torch.bfloat16)
     prompts = [[5, 9, 11, 200, 3], [17, 4, 8]]
     got = generate_responses(half, Tok(), prompts, max_new_tokens=6, context=4)

@@ -203,8 +203,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     common.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     common.add_argument("--threads", type=int, default=1,
                         help="CPU threads (1 is fastest when other processes share the cores)")
+    writing = argparse.ArgumentParser(add_help=False)  # the commands where the target writes text
+    writing.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
+                         help="the target's dtype while it writes (auto: the device's; bfloat16 is ~3x faster on "
+                              "CPUs with AVX512-BF16/AMX)")
 
-    g = sub.add_parser("generate", parents=[common], help="generate self-distillation shards")
+    g = sub.add_parser("generate", parents=[common, writing], help="generate self-distillation shards")
     g.add_argument("--prompts", required=True, help="json/jsonl prompts (instruction+input, turns or prompt)")
     g.add_argument("--out", required=True, help="output directory (outside git)")
     g.add_argument("--limit", type=int, default=None)
@@ -221,9 +225,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g.add_argument("--probe", default="", help="comma-separated batch sizes: measure throughput and exit")
     g.add_argument("--rows", default=None,
                    help="JSON list of the prompt file's row numbers to answer (e.g. from `train heldout`)")
-    g.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
-                   help="the target's dtype while it writes (auto: the device's; bfloat16 is ~3x faster on CPUs "
-                        "with AVX512-BF16/AMX)")
     g.set_defaults(func=cmd_generate)
 
     h = sub.add_parser("heldout", help="list the prompt-file rows behind held-out sequences (for generate --rows)")
@@ -232,7 +233,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     h.add_argument("--out", required=True, help="JSON file to write")
     h.set_defaults(func=cmd_heldout)
 
-    s = sub.add_parser("instructions", parents=[common],
+    s = sub.add_parser("instructions", parents=[common, writing],
                        help="the target writes new prompts (Magpie's pre-query trick) for `generate`")
     s.add_argument("--out", required=True, help="jsonl file to append to (outside git; a rerun resumes)")
     s.add_argument("--count", type=int, required=True, help="how many prompts the file should hold")
@@ -245,9 +246,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--openers", nargs="*", default=None,
                    help="words each request starts with, round robin (e.g. Write Solve Pretend; '' leaves a row "
                         "to the model); without it the model starts every request itself")
-    s.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
-                   help="the target's dtype while it writes (auto: the device's; bfloat16 is ~3x faster on CPUs "
-                        "with AVX512-BF16/AMX)")
     s.set_defaults(func=cmd_instructions)
 
     for name, fn, helptext in (("fit", cmd_fit, "train the head"), ("evaluate", cmd_evaluate, "held-out agreement"),
