@@ -40,19 +40,25 @@ class Update:
 
 
 class Throttle:
-    """Says when a view update is due: at most every `interval` s, and overhead kept under `budget` of the run."""
+    """Says when a view update is due: at most every `interval` s, overhead kept under `budget` of the run, and
+    never more than `max_wait` s without one (an expensive first update must not freeze the page for 1/budget
+    times its cost: at 5% a 0.5 s update would otherwise hold the next one back for 20 s)."""
 
-    def __init__(self, interval: float = 0.3, budget: float = 0.05, clock: Callable[[], float] = time.perf_counter):
-        self.interval, self.budget, self.clock = interval, budget, clock
+    def __init__(self, interval: float = 0.3, budget: float = 0.05, max_wait: float = 2.0,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.interval, self.budget, self.max_wait, self.clock = interval, budget, max_wait, clock
         self.start = clock()
         self.last = -float("inf")
         self.spent = 0.0   # seconds spent on updates so far
         self.cost = 0.0    # seconds the last update took
 
     def due(self) -> bool:
-        """True when enough time has passed and one more update keeps the overhead within budget."""
+        """True when enough time has passed and one more update keeps the overhead within budget, or when the
+        page has waited `max_wait` s since the last update ended."""
         now = self.clock()
-        return now - self.last >= self.interval and self.spent + self.cost <= self.budget * (now - self.start)
+        if now - self.last < self.interval:
+            return False
+        return self.spent + self.cost <= self.budget * (now - self.start) or now - self.last >= self.max_wait
 
     def add(self, seconds: float) -> None:
         """Book the time one update took."""

@@ -276,6 +276,34 @@ def test_throttle_keeps_overhead_within_budget():
     assert ticks > 10 and spent / now[0] <= 0.1 + 0.2 / now[0]
 
 
+def _update_ends(max_wait: float, first_cost: float, cost: float, run_s: float = 30.0) -> list[float]:
+    """When each update ends in a simulated run of 0.05 s decode steps, the first update costing `first_cost`."""
+    now = [0.0]
+    t = Throttle(interval=0.3, budget=0.05, max_wait=max_wait, clock=lambda: now[0])
+    ends: list[float] = []
+    while now[0] < run_s:
+        now[0] += 0.05  # a decode step
+        if t.due():
+            c = cost if ends else first_cost
+            now[0] += c
+            t.add(c)
+            ends.append(now[0])
+    return ends
+
+
+def test_throttle_never_leaves_the_page_waiting_longer_than_max_wait():
+    """A slow first update (the page builds its figures) must not hold live progress back for the whole run:
+    with a 5% budget a 1 s update, booked as the cost of the next one too, holds that one back for 40 s."""
+    uncapped = _update_ends(float("inf"), 1.0, 0.3, run_s=60.0)
+    assert uncapped[1] - uncapped[0] > 30.0  # the failure the cap exists for
+    ends = _update_ends(2.0, 1.0, 0.3)
+    gaps = [b - a for a, b in zip(ends, ends[1:])]
+    # an update ends at most max_wait + one decode step + its own cost after the one before
+    assert len(ends) > 10 and max(gaps) <= 2.0 + 0.05 + 0.3 + 1e-9
+    # cheap updates stay on the budget rule: the cap adds none
+    assert _update_ends(2.0, 0.01, 0.01) == _update_ends(float("inf"), 0.01, 0.01)
+
+
 def test_stop_with_nothing_running_says_so():
     assert actions.request_stop(RunControl()) == "Nothing is running."
     assert actions.request_stop(None) == "Nothing is running."
