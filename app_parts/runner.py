@@ -41,8 +41,8 @@ class Update:
 
 class Throttle:
     """Says when a view update is due: at most every `interval` s, overhead kept under `budget` of the run, and
-    never more than `max_wait` s without one (an expensive first update must not freeze the page for 1/budget
-    times its cost: at 5% a 0.5 s update would otherwise hold the next one back for 20 s)."""
+    never more than `max_wait` s without one (one expensive update, booked as the next one's cost too, would
+    otherwise hold the next back for 2/budget times its cost: 20 s for a 0.5 s update at 5%)."""
 
     def __init__(self, interval: float = 0.3, budget: float = 0.05, max_wait: float = 2.0,
                  clock: Callable[[], float] = time.perf_counter):
