@@ -73,8 +73,8 @@ def _controls(ui: SimpleNamespace) -> None:
                              label="total tokens (verified per step, root included)")
         ui.depth = gr.Slider(*LIMITS["depth"], value=d.depth, step=1, label="depth")
         ui.top_k = gr.Slider(*LIMITS["top_k"], value=d.top_k, step=1, label="top-k")
-        ui.lookup = gr.Checkbox(d.lookup, label="add a prompt-lookup branch (up to depth tokens copied from the "
-                                "text so far, scored by the draft, always verified, inside the node budget)", elem_id="lookup")
+        ui.lookup = gr.Checkbox(d.lookup, label=f"add a prompt-lookup branch (up to {d.lookup_tokens} tokens copied from the text so "
+                                "far, always verified, on top of the node budget)", elem_id="lookup")
     with gr.Accordion("Static tree (EAGLE-1)", open=True):
         ui.tree_dd = gr.Dropdown(tree_choices(), value="mc_sim_7b_63", label="tree")
         ui.tree_json = gr.Textbox(CUSTOM_EXAMPLE, label="custom tree: JSON list of child-rank paths", lines=3,

@@ -109,8 +109,10 @@ def budget_markdown(total_tokens: object, tree_choice: str, tree_json: str, look
     if dynamic != static:
         line += " ⚠ The budgets differ, so the comparison is not like for like."
     if lookup:
-        line += (f" The prompt-lookup branch (up to {depth} tokens, on steps where the text so far offers a match)"
-                 " fits inside EAGLE-2's budget: it takes the places of the weakest drafted nodes.")
+        n = DecodeConfig().lookup_tokens
+        line += (f" The prompt-lookup branch (up to {n} tokens copied from the text so far, on steps where it offers"
+                 f" a match; the first {depth} scored by the draft) is verified on top of EAGLE-2's tree: up to"
+                 f" {n} more nodes on those steps.")
     return line
 
 

@@ -49,6 +49,8 @@ def _decode_args(p: argparse.ArgumentParser) -> None:
                    help="EAGLE-2 verified nodes per step, or 'auto': choose nodes and depth by timing this machine")
     p.add_argument("--depth", type=int, default=DecodeConfig.depth)
     p.add_argument("--top-k", type=int, default=DecodeConfig.top_k)
+    p.add_argument("--lookup-tokens", type=int, default=DecodeConfig.lookup_tokens,
+                   help="longest prompt-lookup branch (with --lookup or method eagle2_lookup)")
     p.add_argument("--tree", default="mc_sim_7b_63", help="static tree preset name or JSON list of paths")
     p.add_argument("--model", default="embedded", help="'embedded', a hub id or a local directory")
     p.add_argument("--head", default=None, help="draft head directory (official EAGLE layout)")
@@ -68,7 +70,7 @@ def config_from(args: argparse.Namespace, method: str) -> DecodeConfig:
     return DecodeConfig(method="eagle2" if method == "eagle2_lookup" else method, max_new_tokens=args.max_new_tokens,
                         temperature=args.temperature, top_p=args.top_p, seed=args.seed,
                         total_tokens=args.total_tokens, depth=args.depth, top_k=args.top_k, tree=tree,
-                        lookup=lookup and method in ("eagle2", "eagle2_lookup"))
+                        lookup=lookup and method in ("eagle2", "eagle2_lookup"), lookup_tokens=args.lookup_tokens)
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
@@ -111,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--method", default="eagle2", choices=("eagle2", "eagle1", "vanilla"))
     g.add_argument("--json", action="store_true", help="print one JSON object with the metrics")
     g.add_argument("--lookup", action="store_true",
-                   help="EAGLE-2: add a prompt-lookup branch to each tree (scored by the draft, always verified)")
+                   help="EAGLE-2: add a prompt-lookup branch to each tree (verified on top of it)")
     _decode_args(g)
     g.set_defaults(func=cmd_generate)
 

@@ -16,6 +16,7 @@ LIMITS = {
     "total_tokens": (2, 128),
     "depth": (1, 12),
     "top_k": (1, 20),
+    "lookup_tokens": (1, 32),
     "static_nodes": (1, 127),
 }
 
@@ -74,12 +75,13 @@ class DecodeConfig:
     depth: int = 6             # drafted levels (EAGLE-2): the authors' 6 levels, 10 expanded per level
     top_k: int = 10
     tree: tuple[tuple[int, ...], ...] = field(default=())  # static tree (EAGLE-1); empty = preset mc_sim_7b_63
-    lookup: bool = False       # EAGLE-2 only: add a prompt-lookup branch (up to `depth` tokens), always verified
+    lookup: bool = False       # EAGLE-2 only: add a prompt-lookup branch, verified on top of total_tokens
+    lookup_tokens: int = 10    # the branch's longest length (transformers' prompt_lookup_num_tokens default)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, not {self.method!r}")
-        for name in ("max_new_tokens", "temperature", "top_p", "total_tokens", "depth", "top_k"):
+        for name in ("max_new_tokens", "temperature", "top_p", "total_tokens", "depth", "top_k", "lookup_tokens"):
             lo, hi = LIMITS[name]
             v = getattr(self, name)
             if not (lo <= v <= hi):

@@ -196,10 +196,10 @@ class Decoder:
         """EAGLE-2: expand the top_k most confident nodes per level, then keep the best total_tokens - 1 overall.
         A node scoring no better than the pool's (total_tokens - 1)-th best is not expanded, since none of its
         descendants could be kept; drafting stops early when no frontier node can still make the cut.
-        With `cfg.lookup`, a prompt-lookup continuation rides along as one more branch: each of its tokens is
-        scored by the draft like any other node, it is expanded with its level, and it is always verified,
-        inside the same budget (it takes the places of the weakest drafted nodes)."""
-        chain = continuation(st.history, cfg.depth) if cfg.lookup else []
+        With `cfg.lookup`, a prompt-lookup continuation (up to `cfg.lookup_tokens`) rides along as one more
+        branch, verified on top of that tree: its first `depth` tokens are scored by the draft like any other
+        node and expanded with their level, the rest hang below them unscored (see `_with_chain`)."""
+        chain = continuation(st.history, cfg.lookup_tokens) if cfg.lookup else []
         frontier = self._root_children(st, pool, feats, cfg.top_k, chain[0] if chain else None)
         on_chain = [i for i in frontier if pool[i].source != "draft"]  # one node per level, or none
         for d in range(1, cfg.depth):
@@ -215,7 +215,23 @@ class Decoder:
                 break
             frontier = self._expand(st, pool, feats, drafted, nodes, cfg.top_k, extra)
             on_chain += [i for i in frontier if pool[i].source != "draft"]
-        return select_dynamic(pool, cfg.total_tokens - 1, forced=on_chain)
+        kept = select_dynamic(pool, cfg.total_tokens - 1)
+        return self._with_chain(pool, kept, on_chain, chain) if chain else kept
+
+    @staticmethod
+    def _with_chain(pool: list[Candidate], kept: list[int], on_chain: list[int], chain: list[int]) -> list[int]:
+        """The kept tree plus the whole lookup chain: its drafted nodes (where the rerank left them out) and
+        the chain's tokens past the drafted levels, appended below them unscored (LOG_FLOOR each: the draft
+        never saw them). Verifying the chain costs a row per node the tree lacks; on a CPU a row is cheap
+        next to the target's fixed cost, and where the text repeats itself the chain is accepted whole."""
+        keep = set(kept) | set(on_chain)
+        last = on_chain[-1]
+        for tok in chain[len(on_chain):]:
+            pool.append(Candidate(parent=last, token=tok, depth=pool[last].depth + 1, rank=0, logp=LOG_FLOOR,
+                                  score=pool[last].score + LOG_FLOOR, source="lookup"))
+            last = len(pool) - 1
+            keep.add(last)
+        return sorted(keep, key=lambda i: (pool[i].depth, i))  # parents before children, siblings in rank order
 
     def draft_tree(self, st: _State, cfg: DecodeConfig) -> tuple[list[Candidate], list[int]]:
         """Grow the draft tree; returns the whole candidate pool and the kept indices (root first)."""
@@ -276,7 +292,7 @@ class Decoder:
         if not prompt_ids:
             raise ValueError("the prompt is empty")
         limit = getattr(self.target.config, "max_position_embeddings", None)
-        room = cfg.max_new_tokens + max(cfg.total_tokens, len(cfg.tree) + 1)
+        room = cfg.max_new_tokens + max(cfg.total_tokens + cfg.lookup_tokens * cfg.lookup, len(cfg.tree) + 1)
         if limit and len(prompt_ids) + room > limit:
             raise ValueError(f"the prompt is {len(prompt_ids)} tokens; with max_new_tokens={cfg.max_new_tokens} and "
                              f"the draft tree it needs {len(prompt_ids) + room}, but the model's context is {limit}"

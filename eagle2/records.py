@@ -70,6 +70,12 @@ class StepRecord:
         """Root and kept nodes: the tree the target checked in one forward."""
         return tuple(n for n in self.nodes if n.status in (ROOT, KEPT))
 
+    def scored(self, node: Node) -> bool:
+        """Whether the draft gave this node its probability: true for every node drafted from its parent's row
+        (the parent was expanded), false for the root and for a prompt-lookup branch's tokens past the drafted
+        levels, whose `prob` is only a floor."""
+        return node.parent >= 0 and self.nodes[node.parent].expanded
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -23,17 +23,13 @@ class Candidate:
     source: str = "draft"  # who proposed it: "draft", "lookup" (prompt lookup only) or "both"
 
 
-def select_dynamic(pool: list[Candidate], keep: int, forced: list[int] | tuple[int, ...] = ()) -> list[int]:
+def select_dynamic(pool: list[Candidate], keep: int) -> list[int]:
     """EAGLE-2 rerank: indices (into pool, pool[0] = root) of the root plus the best `keep` drafted nodes.
 
-    `forced` nodes (a branch hanging from the root, such as the prompt-lookup chain) are kept first and count
-    towards `keep`; the rest of the budget goes to the best other nodes.
     Scores never rise along a path, so the top set is connected; a stable sort breaks ties towards
     shallower (earlier-drafted) nodes, which keeps that true when scores are equal.
     """
-    chosen = set(forced[:keep])
-    order = [i for i in sorted(range(1, len(pool)), key=lambda i: -pool[i].score) if i not in chosen]  # stable
-    chosen |= set(order[:keep - len(chosen)])
+    chosen = set(sorted(range(1, len(pool)), key=lambda i: -pool[i].score)[:keep])  # stable
     for i in chosen:  # connectivity is an invariant; fail loudly rather than verify a broken tree
         p = pool[i].parent
         if p != 0 and p not in chosen:

@@ -13,7 +13,7 @@ from app_parts.presets import CACHE, ModelPreset, load_presets, unavailable_reas
 from app_parts.runner import Throttle, generate  # noqa: E402
 from app_parts.session import RunControl, Session, export_trace, import_trace  # noqa: E402
 from app_parts.settings import RunRequest, budget_markdown, configs, sglang_flags  # noqa: E402
-from eagle2.config import LIMITS  # noqa: E402
+from eagle2.config import LIMITS, DecodeConfig  # noqa: E402
 from eagle2.records import Trace  # noqa: E402
 
 PRESET = next(iter(load_presets()))
@@ -258,7 +258,8 @@ def test_settings_helpers():
     assert "⚠" in budget_markdown(26, "custom", "[[1], [")
     assert "lookup" not in budget_markdown(26, "mc_sim_7b_63", "")
     with_lookup = budget_markdown(26, "mc_sim_7b_63", "", lookup=True, depth=5)
-    assert "up to 5 tokens" in with_lookup and "inside EAGLE-2's budget" in with_lookup and "differ" not in with_lookup
+    n = DecodeConfig().lookup_tokens
+    assert f"up to {n} tokens" in with_lookup and "first 5 scored" in with_lookup and "on top of" in with_lookup
     assert LIMITS["total_tokens"][0] < LIMITS["total_tokens"][1]
 
 

@@ -37,6 +37,21 @@ def test_generate_plain_text_and_errors(capsys):
     assert "prefix-closed" in capsys.readouterr().err
     assert main(["generate", "--prompt", "x", "--top-k", "99"]) == 2
     assert "top_k" in capsys.readouterr().err
+    assert main(["generate", "--prompt", "x", "--lookup", "--lookup-tokens", "0"]) == 2
+    assert "lookup_tokens" in capsys.readouterr().err
+
+
+def test_lookup_tokens_reach_the_lookup_methods_only():
+    import argparse
+
+    from eagle2.__main__ import _decode_args, config_from
+
+    p = argparse.ArgumentParser()
+    _decode_args(p)
+    args = p.parse_args(["--lookup-tokens", "4"])
+    cfg = config_from(args, "eagle2_lookup")
+    assert cfg.method == "eagle2" and cfg.lookup and cfg.lookup_tokens == 4
+    assert not config_from(args, "eagle2").lookup and not config_from(args, "eagle1").lookup
 
 
 def test_bench_writes_the_json_contract(tmp_path, capsys):

@@ -10,6 +10,7 @@ from eagle2.config import DecodeConfig
 from eagle2.engine import Decoder
 from eagle2.lookup import continuation
 from eagle2.records import ACCEPTED, KEPT, PRUNED, REJECTED, ROOT, UNEXPANDED, StepRecord, Trace
+from eagle2.rerank import select_dynamic
 
 PROMPT = [3, 1, 4, 1, 5, 7, 2, 6]
 
@@ -176,27 +177,35 @@ def test_prompt_longer_than_context_is_refused_with_the_limit(tiny):
 REPEATING = [3, 1, 4, 1, 5, 9, 2, 6, 3, 1, 4, 1, 5]  # its tail occurred before: prompt lookup has a branch to offer
 
 
-def test_prompt_lookup_branch_is_lossless_scored_and_always_verified(tiny):
+def test_prompt_lookup_branch_is_lossless_and_verified_on_top_of_the_tree(tiny):
     target, head, tok = tiny
-    ref = reference(target, REPEATING, 30)
-    cfg = DecodeConfig(method="eagle2", max_new_tokens=30, total_tokens=6, depth=4, top_k=2, lookup=True)
-    recs = list(Decoder(target, head, tok).run(REPEATING, cfg))
+    prompt = REPEATING * 2  # long repeats: some chains run past the drafted levels
+    ref = reference(target, prompt, 30)
+    cfg = DecodeConfig(method="eagle2", max_new_tokens=30, total_tokens=6, depth=2, top_k=2, lookup=True,
+                       lookup_tokens=5)
+    recs = list(Decoder(target, head, tok).run(prompt, cfg))
     assert tokens(recs) == ref
-    lookup_only = 0
+    lookup_only = unscored = 0
     for i, r in enumerate(recs[1:], start=1):
         by_id = {n.id: n for n in r.nodes}
-        on_chain = [n for n in r.nodes if n.source in ("lookup", "both")]
-        history = REPEATING + tokens(recs[:i])
-        assert [n.token for n in sorted(on_chain, key=lambda n: n.depth)] == continuation(history, cfg.depth)
+        on_chain = sorted((n for n in r.nodes if n.source in ("lookup", "both")), key=lambda n: n.depth)
+        history = prompt + tokens(recs[:i])
+        assert [n.token for n in on_chain] == continuation(history, cfg.lookup_tokens)
         assert all(n.status == KEPT for n in on_chain)  # always verified, whatever the draft thought of it
-        assert sorted(n.depth for n in on_chain) == list(range(1, len(on_chain) + 1))  # one path from the root
-        for n in on_chain:  # scored by the draft like any other node
-            assert n.score == pytest.approx(by_id[n.parent].score + torch.tensor(n.prob).log().item(), abs=1e-4)
-        kept = [n for n in r.nodes if n.status == KEPT]
-        extra = [n for n in on_chain if n.source == "lookup"]
-        lookup_only += len(extra)
-        assert len(kept) == cfg.total_tokens - 1  # inside the same budget as the draft-only tree
-    assert lookup_only > 0  # some lookup tokens were not among the draft's own top-k
+        assert [n.depth for n in on_chain] == list(range(1, len(on_chain) + 1))  # one path from the root
+        assert all(by_id[n.parent].source != "draft" for n in on_chain if n.depth > 1)
+        for n in on_chain:
+            if n.depth <= cfg.depth:  # scored by the draft like any other node
+                assert n.score == pytest.approx(by_id[n.parent].score + torch.tensor(n.prob).log().item(), abs=1e-4)
+            else:  # past the drafted levels: the draft never saw it
+                assert n.source == "lookup" and not n.expanded and n.prob < 1e-20
+                unscored += 1
+        # the rest of the tree is what EAGLE-2 alone keeps from the drafted pool: the branch comes on top
+        drafted = [n for n in r.nodes if n.depth <= cfg.depth]
+        tree = set(select_dynamic(drafted, cfg.total_tokens - 1)[1:])
+        assert {n.id for n in r.nodes if n.status == KEPT} == tree | {n.id for n in on_chain}
+        lookup_only += sum(n.source == "lookup" for n in on_chain)
+    assert lookup_only > 0 and unscored > 0  # lookup tokens the draft did not propose, some past its depth
 
 
 def test_lookup_setting_is_validated():
@@ -208,4 +217,5 @@ def test_lookup_continuation_copies_what_followed_the_latest_match():
     assert continuation([1, 2, 3, 9, 9, 1, 2, 3], 4) == [9, 9, 1, 2]       # longest suffix (1 2 3) first
     assert continuation([5, 1, 2, 7, 1, 2, 8, 1, 2], 3) == [8, 1, 2]       # the most recent occurrence
     assert continuation([4, 1, 2, 7, 3, 2], 3) == []                         # one-token matches are not used
+    assert continuation([7, 1, 2, 1, 2], 5) == [1, 2, 1, 2, 1]               # a loop is continued round the loop
     assert continuation([1, 2, 3], 3) == [] and continuation([], 3) == [] and continuation([1, 2, 1, 2], 0) == []

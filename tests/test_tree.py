@@ -63,14 +63,6 @@ def test_select_dynamic_keeps_top_scores_connected_and_prefers_shallow_ties():
     assert select_dynamic(tie, keep=2) == [0, 1, 2]
 
 
-def test_forced_branch_counts_towards_the_budget_and_displaces_the_weakest_nodes():
-    # scores: 1:-0.1 2:-1.0 3:-2.0 4:-0.3 5:-1.0 6:-2.05 ; the forced branch is 3 -> 6 (weak, e.g. prompt lookup)
-    pool = _pool([(0, -0.1), (0, -1.0), (0, -2.0), (1, -0.2), (1, -0.9), (3, -0.05)])
-    assert select_dynamic(pool, keep=4) == [0, 1, 2, 4, 5]
-    assert select_dynamic(pool, keep=4, forced=[3, 6]) == [0, 1, 3, 4, 6]  # the two weakest others make room
-    assert select_dynamic(pool, keep=1, forced=[3, 6]) == [0, 3]            # a branch longer than the budget is cut
-
-
 @pytest.mark.parametrize("bad, msg", [
     ("[]", "non-empty"), ("[[0], [1, 0]]", "prefix-closed"), ("[[0], [9]]", "outside"),
     ("not json", "preset"), ("[[0], [0]]", "repeated"), ("[[0], \"x\"]", "integer"),

@@ -334,6 +334,25 @@ def test_prompt_lookup_nodes_are_marked_and_kept_out_of_the_rank_table():
     assert metrics_rows({"eagle2": [only, only]})[0]["lookup_accepted"] == 2
 
 
+def test_lookup_tokens_past_the_drafted_levels_stay_out_of_calibration():
+    """A lookup branch runs on below the drafted levels; the draft never scored those tokens, so their floor
+    probability must not count as the draft's confidence, and their hover says so."""
+    import dataclasses
+
+    rec = make_record()
+    # " and" (5) hangs from "!" (3); mark "!" as never expanded: " and" was not drafted from its row
+    tail = tuple(dataclasses.replace(n, expanded=False) if n.id == 3 else
+                 dataclasses.replace(n, source="lookup", prob=1e-30, verdict=ACCEPTED) if n.id == 5 else n
+                 for n in rec.nodes)
+    rec_tail = dataclasses.replace(rec, nodes=tail)
+    assert rec.scored(rec.nodes[5]) and not rec_tail.scored(rec_tail.nodes[5]) and not rec.scored(rec.nodes[0])
+    before = calibration_table([rec], bins=2)
+    after = calibration_table([rec_tail], bins=2)
+    assert [r["n"] for r in after] == [before[0]["n"] - 1, before[1]["n"]]  # " and" (p 0.3) left out, not moved
+    cd = {i: p[4] for i, p in node_points(tree_figure(rec_tail)).items()}
+    assert "not scored" in cd[5][10] and "not scored" not in cd[3][10]
+
+
 def _chain_record(method: str = "eagle2") -> StepRecord:
     """Root -> a (p .8) -> c (p .6) is the target's path; b (p .1) and d (p .2) are its rejected siblings."""
     spec = [(0, -1, 0, 1.0, 101), (1, 0, 1, 0.8, 103), (2, 0, 1, 0.1, None), (3, 1, 2, 0.6, 999), (4, 1, 2, 0.2, None)]

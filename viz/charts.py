@@ -13,10 +13,10 @@ import plotly.graph_objects as go
 from eagle2.records import ACCEPTED, KEPT, REJECTED, Node, StepRecord, summarise
 
 
-def _decided(records: Iterable[StepRecord]) -> Iterable[Node]:
+def _decided(records: Iterable[StepRecord], scored_only: bool = False) -> Iterable[Node]:
     for r in records:
         for n in r.nodes:
-            if n.status == KEPT and n.verdict in (ACCEPTED, REJECTED):
+            if n.status == KEPT and n.verdict in (ACCEPTED, REJECTED) and (not scored_only or r.scored(n)):
                 yield n
 
 
@@ -30,12 +30,13 @@ def _note_figure(text: str, title: str) -> go.Figure:
 
 
 def calibration_table(records: list[StepRecord], bins: int = 10) -> list[dict]:
-    """Per probability bin: bin_lo, bin_hi, n decided nodes, accepted, rate (None when n == 0)."""
+    """Per probability bin: bin_lo, bin_hi, n decided nodes, accepted, rate (None when n == 0). Nodes the draft
+    never scored (a lookup branch past the drafted levels) are left out: their probability is only a floor."""
     if bins < 1:
         raise ValueError(f"bins must be >= 1, got {bins}")
     n = [0] * bins
     acc = [0] * bins
-    for node in _decided(records):
+    for node in _decided(records, scored_only=True):
         p = min(max(node.prob, 0.0), 1.0)
         b = min(int(p * bins), bins - 1)  # p == 1.0 belongs to the last bin, not a new one
         n[b] += 1

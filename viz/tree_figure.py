@@ -76,13 +76,14 @@ def bonus_entry(record: StepRecord) -> tuple[int, str] | None:
     return None
 
 
-def _customdata(node: Node) -> list:
+def _customdata(node: Node, unscored: frozenset[int] = frozenset()) -> list:
     target = "—"
     if node.target_token is not None:
         shown = label_html(node.target_text, 40) if node.target_text is not None else "?"
         target = f"{shown} ({node.target_token})"
     return [node.id, label_html(node.text, 40), node.token, node.prob, node.score,
-            node.depth, node.rank, node.status, node.verdict or "—", target, _SOURCE.get(node.source, node.source)]
+            node.depth, node.rank, node.status, node.verdict or "—", target,
+            _SOURCE.get(node.source, node.source) + (" (past the drafted levels: p not scored)" if node.id in unscored else "")]
 
 
 def _edge_trace(cls: str, segments: list[tuple[tuple[float, float], tuple[float, float]]]) -> go.Scatter:
@@ -98,7 +99,8 @@ def _edge_trace(cls: str, segments: list[tuple[tuple[float, float], tuple[float,
     )
 
 
-def _node_trace(cls: str, nodes: list[Node], pos: dict[int, tuple[float, float]]) -> go.Scatter:
+def _node_trace(cls: str, nodes: list[Node], pos: dict[int, tuple[float, float]],
+                unscored: frozenset[int] = frozenset()) -> go.Scatter:
     name, symbol, ring, ring_w, opacity, text_colour = _NODE_STYLE[cls]
     labelled = cls != "pruned" or len(nodes) <= PRUNED_LABELS_MAX
     return go.Scatter(
@@ -111,7 +113,7 @@ def _node_trace(cls: str, nodes: list[Node], pos: dict[int, tuple[float, float]]
             color=[n.prob for n in nodes], coloraxis="coloraxis",
             line=dict(color=ring, width=ring_w),
         ),
-        customdata=[_customdata(n) for n in nodes], hovertemplate=_HOVER,
+        customdata=[_customdata(n, unscored) for n in nodes], hovertemplate=_HOVER,
     )
 
 
@@ -203,9 +205,10 @@ def tree_figure(record: StepRecord, title: str = "", show_pruned: bool = True) -
     for cls, segs in edges.items():
         if segs:
             fig.add_trace(_edge_trace(cls, segs))
+    unscored = frozenset(n.id for n in record.nodes[1:] if not record.scored(n))
     for cls, nodes in by_class.items():
         if nodes:
-            fig.add_trace(_node_trace(cls, nodes, pos))
+            fig.add_trace(_node_trace(cls, nodes, pos, unscored))
     looked = [n for n in shown if n.source != "draft"]
     if looked:
         fig.add_trace(_lookup_trace(looked, pos))
