@@ -109,7 +109,7 @@ def budget_markdown(total_tokens: object, tree_choice: str, tree_json: str, look
     if dynamic != static:
         line += " ⚠ The budgets differ, so the comparison is not like for like."
     if lookup:
-        n = DecodeConfig().lookup_tokens
+        n = DecodeConfig.lookup_tokens  # the field's default, without building (and validating) a config
         line += (f" The prompt-lookup branch (up to {n} tokens copied from the text so far, on steps where it offers"
                  f" a match; the first {depth} scored by the draft) is verified on top of EAGLE-2's tree: up to"
                  f" {n} more nodes on those steps.")

@@ -292,7 +292,8 @@ class Decoder:
         if not prompt_ids:
             raise ValueError("the prompt is empty")
         limit = getattr(self.target.config, "max_position_embeddings", None)
-        room = cfg.max_new_tokens + max(cfg.total_tokens + cfg.lookup_tokens * cfg.lookup, len(cfg.tree) + 1)
+        branch = cfg.lookup_tokens if cfg.lookup else 0  # the lookup branch is verified on top of total_tokens
+        room = cfg.max_new_tokens + max(cfg.total_tokens + branch, len(cfg.tree) + 1)
         if limit and len(prompt_ids) + room > limit:
             raise ValueError(f"the prompt is {len(prompt_ids)} tokens; with max_new_tokens={cfg.max_new_tokens} and "
                              f"the draft tree it needs {len(prompt_ids) + room}, but the model's context is {limit}"
