@@ -26,8 +26,8 @@ def wants_tuning(args: argparse.Namespace, methods: list[str]) -> bool:
 
 
 def resolve_auto(args: argparse.Namespace, bundle) -> None:
-    """Tune EAGLE-2's nodes and depth on this machine (a warm-up on the shipped tuning prompts, about a minute on
-    2 CPU cores) and put the choice into args."""
+    """Tune EAGLE-2's nodes and depth, or its per-step floors, on this machine (a warm-up on the shipped tuning
+    prompts, about a minute on 2 CPU cores) and put the choice into args."""
     from .api import decoder_for
     from .autotune import describe, tune, warmup_texts
     from .engine import encode_prompt
@@ -37,6 +37,7 @@ def resolve_auto(args: argparse.Namespace, bundle) -> None:
     best, options = tune(decoder_for(bundle), prompts, base, progress=lambda m: print(m, file=sys.stderr))
     print(describe(best, options), file=sys.stderr)
     args.total_tokens, args.depth = best.total_tokens, best.depth
+    args.min_prob, args.expand_prob = best.min_prob, best.expand_prob
     args.tuned = [o.to_dict() for o in options]
 
 
@@ -49,6 +50,11 @@ def _decode_args(p: argparse.ArgumentParser) -> None:
                    help="EAGLE-2 verified nodes per step, or 'auto': choose nodes and depth by timing this machine")
     p.add_argument("--depth", type=int, default=DecodeConfig.depth)
     p.add_argument("--top-k", type=int, default=DecodeConfig.top_k)
+    p.add_argument("--min-prob", type=float, default=DecodeConfig.min_prob,
+                   help="EAGLE-2: size the tree per step, keeping only nodes whose cumulative draft probability is "
+                        "at least this (0: always --total-tokens, which stays the cap)")
+    p.add_argument("--expand-prob", type=float, default=DecodeConfig.expand_prob,
+                   help="EAGLE-2: draft children only of nodes at least this probable (0: no floor)")
     p.add_argument("--lookup-tokens", type=int, default=DecodeConfig.lookup_tokens,
                    help="longest prompt-lookup branch (with --lookup or method eagle2_lookup)")
     p.add_argument("--tree", default="mc_sim_7b_63", help="static tree preset name or JSON list of paths")
@@ -70,7 +76,8 @@ def config_from(args: argparse.Namespace, method: str) -> DecodeConfig:
     return DecodeConfig(method="eagle2" if method == "eagle2_lookup" else method, max_new_tokens=args.max_new_tokens,
                         temperature=args.temperature, top_p=args.top_p, seed=args.seed,
                         total_tokens=args.total_tokens, depth=args.depth, top_k=args.top_k, tree=tree,
-                        lookup=lookup and method in ("eagle2", "eagle2_lookup"), lookup_tokens=args.lookup_tokens)
+                        lookup=lookup and method in ("eagle2", "eagle2_lookup"), lookup_tokens=args.lookup_tokens,
+                        min_prob=args.min_prob, expand_prob=args.expand_prob)
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
@@ -92,7 +99,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
         out = res.to_json()
         out.update(model=bundle.model_name, head=bundle.head_name, device=bundle.describe())
         steps = [r for r in res.records if r.nodes]
-        if cfg.method in ("eagle2", "eagle1") and cfg.greedy and not cfg.lookup and steps:
+        if cfg.method in ("eagle2", "eagle1") and cfg.greedy and not cfg.lookup and not cfg.min_prob and steps:
             from .replay import size_curve
 
             # what a tree of 1, 2, ... N nodes would have accepted a step on this run's own steps (EAGLE-1: its

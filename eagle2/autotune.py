@@ -12,6 +12,8 @@ so the best tree is small. Greedy only: sampling accepts at other rates.
 """
 from __future__ import annotations
 
+import itertools
+import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, replace
@@ -23,10 +25,15 @@ from .cache import new_cache
 from .config import DecodeConfig
 from .engine import Decoder, truncate
 from .records import StepRecord
-from .replay import replay_runs
+from .replay import accept_with_floors, replay_runs
 
 SIZES = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 26, 32, 40, 48, 60)
 DEPTHS = (1, 2, 3, 4, 5, 6, 7)
+# Trees sized per step by confidence (DecodeConfig.min_prob / expand_prob), replayed at these caps and floors.
+FLOOR_CAPS = (8, 12, 16, 26)
+FLOOR_DEPTHS = (4, 6, 7)
+MIN_PROBS = (0.02, 0.03, 0.05, 0.08, 0.12)
+EXPAND_TIMES = (2, 3, 4)  # the expand floor as a multiple of the keep floor
 WARMUP_TOKENS = 32  # new tokens per warm-up prompt
 MARGIN = 0.03  # prefer the fewest nodes predicted within this share of the fastest (see `choose`)
 VERIFY_CONTEXT = 192  # tokens in the cache while verify is timed: a prompt plus half of a 128-token answer
@@ -34,12 +41,20 @@ VERIFY_CONTEXT = 192  # tokens in the cache while verify is timed: a prompt plus
 
 @dataclass(frozen=True)
 class Option:
-    """One tree setting with its replayed accept length and measured cost per step."""
+    """One tree setting with its replayed accept length and measured cost per step. With floors (`min_prob` > 0)
+    `total_tokens` and `depth` are caps and `nodes` the mean verified rows a step."""
 
     total_tokens: int
     depth: int
     tau: float
     step_ms: float
+    min_prob: float = 0.0
+    expand_prob: float = 0.0
+    nodes: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.nodes:
+            object.__setattr__(self, "nodes", float(self.total_tokens))
 
     @property
     def tokens_per_s(self) -> float:
@@ -84,9 +99,10 @@ def _timed_steps(dec: Decoder, ids: list[int], cfg: DecodeConfig) -> list[tuple[
 
 
 def tune(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes=None, depths=None,
-         max_new_tokens: int | None = None, progress=None) -> tuple[Option, list[Option]]:
+         max_new_tokens: int | None = None, progress=None, floors: bool = True) -> tuple[Option, list[Option]]:
     """Warm up on `prompts` with the largest tree, time each depth's drafting and each size's verify, and
-    return the chosen option (`choose`) and every option considered (fastest first)."""
+    return the chosen option (`choose`) and every option considered (fastest first): fixed sizes and depths,
+    and (`floors`) trees sized per step by confidence (`floor_options`)."""
     say = progress or (lambda _msg: None)
     sizes, depths = sizes or SIZES, depths or DEPTHS
     max_new_tokens = max_new_tokens or WARMUP_TOKENS
@@ -109,14 +125,49 @@ def tune(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes=None,
     finally:
         dec.prune = prune
     say("tuning: timing verify at " + ", ".join(map(str, sizes)) + " nodes")
-    verify = time_verify(dec, prompts[0], tuple(sizes))
+    verify = time_verify(dec, prompts[0], tuple(sorted({1, *sizes})))
     options = [Option(n, d, replay_runs(runs, n, d), rest[d] + verify[n]) for n in sizes for d in depths]
+    if floors:
+        options += floor_options(runs, verify, rest, [n for n in FLOOR_CAPS if n <= max(sizes)],
+                                 [d for d in FLOOR_DEPTHS if d in rest])
     options.sort(key=lambda o: -o.tokens_per_s)
     return choose(options), options
 
 
+def _interpolate(ms: dict[int, float], n: int) -> float:
+    """ms at n (verified rows, or draft levels) from the timed ones: linear between the nearest two, the ends held."""
+    lo = max((k for k in ms if k <= n), default=min(ms))
+    hi = min((k for k in ms if k >= n), default=max(ms))
+    return ms[lo] if hi == lo else ms[lo] + (ms[hi] - ms[lo]) * (n - lo) / (hi - lo)
+
+
+def floor_options(runs: list[list[StepRecord]], verify: dict[int, float], rest: dict[int, float],
+                  caps, depths) -> list[Option]:
+    """Trees sized per step by confidence, replayed on the warm-up's recorded steps (`accept_with_floors`):
+    each step costs what verifying its own rows and drafting its own levels cost. Like `replay_runs`, each
+    decode's tokens are divided by its own replayed accept length, and its steps priced at their mean cost."""
+    out = []
+    for n, d, p, x in itertools.product(caps, depths, MIN_PROBS, EXPAND_TIMES):
+        floor, grow = math.log(p), math.log(min(1.0, p * x))
+        tokens = steps = ms = rows = 0.0
+        for records in runs:
+            drafted = [r for r in records if r.nodes]
+            if not drafted:
+                continue
+            got = [accept_with_floors(r, n, d, floor, grow) for r in drafted]
+            tau = sum(g[0] for g in got) / len(got)
+            k = sum(len(r.accepted) + 1 for r in drafted) / tau  # the steps this tree would take
+            tokens, steps = tokens + k * tau, steps + k
+            ms += k * sum(_interpolate(verify, g[1]) + _interpolate(rest, g[2]) for g in got) / len(got)
+            rows += k * sum(g[1] for g in got) / len(got)
+        if steps:
+            out.append(Option(n, d, tokens / steps, ms / steps, p, min(1.0, p * x), rows / steps))
+    return out
+
+
 def choose(options: list[Option], margin: float = MARGIN) -> Option:
-    """The fewest nodes predicted within `margin` of the fastest option, at that size's fastest depth.
+    """The fewest nodes predicted within `margin` of the fastest option, at that size's fastest depth (a tree
+    sized by confidence counts its mean rows a step, rounded).
 
     Near the top the predictions differ by less than their error: the warm-up's accept lengths come from a
     few dozen steps, and prompts that accept more than the real work (answers that repeat themselves) overrate
@@ -127,8 +178,9 @@ def choose(options: list[Option], margin: float = MARGIN) -> Option:
     drafted (an upper bound), and in one run on 16 MT-bench prompts (session 20) 3 nodes at depth 1 ran 6.7%
     slower than at depth 2, and 6 nodes at depth 2 2% slower than at depth 3."""
     fastest = max(o.tokens_per_s for o in options)
-    fewest = min(o.total_tokens for o in options if o.tokens_per_s >= (1 - margin) * fastest)
-    return max((o for o in options if o.total_tokens == fewest), key=lambda o: o.tokens_per_s)
+    near = [o for o in options if o.tokens_per_s >= (1 - margin) * fastest]
+    fewest = min(round(o.nodes) for o in near)
+    return max((o for o in near if round(o.nodes) == fewest), key=lambda o: o.tokens_per_s)
 
 
 def warmup_texts(n: int | None = None) -> list[str]:
@@ -143,13 +195,20 @@ def warmup_texts(n: int | None = None) -> list[str]:
     return [row["prompt"] for row in json.loads((ASSETS / "tuning.json").read_text())[:n]]
 
 
+def label(o: Option) -> str:
+    """An option in words: its size and depth, or its caps and floors."""
+    if not o.min_prob:
+        return f"{o.total_tokens} nodes, depth {o.depth}"
+    return (f"nodes above {o.min_prob:g} (up to {o.total_tokens}, {o.nodes:.1f} a step), expanded above "
+            f"{o.expand_prob:g}, depth up to {o.depth}")
+
+
 def describe(best: Option, options: list[Option], top: int = 6) -> str:
     """A short table of the fastest predicted options (the chosen one marked), as the command line prints it."""
-    rows = [f"tuned for this machine: {best.total_tokens} nodes, depth {best.depth} "
+    rows = [f"tuned for this machine: {label(best)} "
             f"(replayed tau {best.tau:.2f}, {best.step_ms:.0f} ms a step, {best.tokens_per_s:.1f} tokens/s predicted; "
             f"the fewest nodes within {MARGIN:.0%} of the fastest prediction, at their fastest depth)"]
-    rows += [f"  nodes {o.total_tokens:>3} depth {o.depth}  tau {o.tau:.2f}  {o.step_ms:6.1f} ms  "
-             f"{o.tokens_per_s:5.1f} tok/s{'  <- chosen' if o == best else ''}"
+    rows += [f"  tau {o.tau:.2f}  {o.step_ms:6.1f} ms  {o.tokens_per_s:5.1f} tok/s  {label(o)}"
+             f"{'  <- chosen' if o == best else ''}"
              for o in options[:max(top, options.index(best) + 1)]]
     return "\n".join(rows)
-

@@ -17,6 +17,8 @@ LIMITS = {
     "depth": (1, 12),
     "top_k": (1, 20),
     "lookup_tokens": (1, 32),
+    "min_prob": (0.0, 1.0),
+    "expand_prob": (0.0, 1.0),
     "static_nodes": (1, 127),
 }
 
@@ -77,11 +79,18 @@ class DecodeConfig:
     tree: tuple[tuple[int, ...], ...] = field(default=())  # static tree (EAGLE-1); empty = preset mc_sim_7b_63
     lookup: bool = False       # EAGLE-2 only: add a prompt-lookup branch, verified on top of total_tokens
     lookup_tokens: int = 10    # the branch's longest length (transformers' prompt_lookup_num_tokens default)
+    # EAGLE-2, a tree sized per step by confidence (0 = off: always total_tokens): keep only drafted nodes whose
+    # cumulative draft probability is at least min_prob, and expand only nodes at least expand_prob; total_tokens
+    # and depth stay the caps. On a CPU, where every verified row and every draft level costs, this spends them
+    # where the draft expects them to be accepted.
+    min_prob: float = 0.0
+    expand_prob: float = 0.0
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, not {self.method!r}")
-        for name in ("max_new_tokens", "temperature", "top_p", "total_tokens", "depth", "top_k", "lookup_tokens"):
+        for name in ("max_new_tokens", "temperature", "top_p", "total_tokens", "depth", "top_k", "lookup_tokens",
+                     "min_prob", "expand_prob"):
             lo, hi = LIMITS[name]
             v = getattr(self, name)
             if not (lo <= v <= hi):

@@ -31,6 +31,14 @@ from .verify import accept_greedy, accept_sampling, sample_token
 LOG_FLOOR = -69.0  # about log(1e-30): the score of a lookup token the draft gives (almost) no probability
 
 
+def floors(cfg: DecodeConfig) -> tuple[float, float]:
+    """EAGLE-2's per-step sizing as cumulative log-probabilities: (keep floor, expand floor). A node below the
+    keep floor is not verified; one below either floor is not expanded, since its children score lower still."""
+    keep = math.log(cfg.min_prob) if cfg.min_prob > 0 else -math.inf
+    grow = math.log(cfg.expand_prob) if cfg.expand_prob > 0 else -math.inf
+    return keep, max(keep, grow)
+
+
 def truncate(cache: DynamicCache, length: int) -> None:
     """Drop everything after the first `length` positions."""
     extra = cache.get_seq_length() - length
@@ -196,14 +204,19 @@ class Decoder:
         """EAGLE-2: expand the top_k most confident nodes per level, then keep the best total_tokens - 1 overall.
         A node scoring no better than the pool's (total_tokens - 1)-th best is not expanded, since none of its
         descendants could be kept; drafting stops early when no frontier node can still make the cut.
+        With `cfg.min_prob` / `cfg.expand_prob` the tree is sized per step: only nodes scoring at least the
+        floors are kept / expanded (`floors`), so a confident step verifies more and drafts deeper than an
+        unsure one.
         With `cfg.lookup`, a prompt-lookup continuation (up to `cfg.lookup_tokens`) rides along as one more
         branch, verified on top of that tree: its first `depth` tokens are scored by the draft like any other
         node and expanded with their level, the rest hang below them unscored (see `_with_chain`)."""
         chain = continuation(st.history, cfg.lookup_tokens) if cfg.lookup else []
+        floor, grow = floors(cfg)
         frontier = self._root_children(st, pool, feats, cfg.top_k, chain[0] if chain else None)
         on_chain = [i for i in frontier if pool[i].source != "draft"]  # one node per level, or none
         for d in range(1, cfg.depth):
             nodes = sorted(frontier, key=lambda i: -pool[i].score)[:cfg.top_k]  # best by cumulative score
+            nodes = [i for i in nodes if pool[i].score >= grow]  # a sized tree expands only confident nodes
             if self.prune:
                 cut = cutoff(pool, cfg.total_tokens - 1)
                 nodes = [i for i in nodes if pool[i].score > cut]
@@ -215,7 +228,7 @@ class Decoder:
                 break
             frontier = self._expand(st, pool, feats, drafted, nodes, cfg.top_k, extra)
             on_chain += [i for i in frontier if pool[i].source != "draft"]
-        kept = select_dynamic(pool, cfg.total_tokens - 1)
+        kept = select_dynamic(pool, cfg.total_tokens - 1, floor)
         return self._with_chain(pool, kept, on_chain, chain) if chain else kept
 
     @staticmethod

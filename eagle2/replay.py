@@ -80,3 +80,23 @@ def replay_runs(runs: list[list[StepRecord]], total_tokens: int, depth: int) -> 
     if not steps:
         raise ValueError("no drafted steps to replay")
     return tokens / steps
+
+
+def accept_with_floors(r: StepRecord, total_tokens: int, depth: int, floor: float, grow: float) -> tuple[int, int, int]:
+    """(tokens, verified rows, draft levels) of one recorded step had EAGLE-2 sized its tree by confidence
+    (`engine.floors`: keep floor `floor`, expand floor `grow`, both cumulative log-probabilities): of the
+    nodes of depth <= `depth` whose parent it would have expanded (the root, or a parent scoring at least both
+    floors), the best `total_tokens - 1` scoring at least `floor`, walking the target's recorded choices.
+    Exact where the recording drafted every node the smaller tree would have (at most `top_k` nodes per level
+    pass the expand floor, which holds whenever it is above 1 / top_k, since a level's probabilities sum to at
+    most 1)."""
+    grow = max(floor, grow)
+    drafted = [n for n in r.nodes[1:] if n.depth <= depth and (n.parent == 0 or r.nodes[n.parent].score >= grow)]
+    kept = sorted((n for n in drafted if n.score >= floor), key=lambda n: -n.score)[:total_tokens - 1]  # stable
+    child = {(n.parent, n.token): n for n in kept}
+    node, tokens = r.nodes[0], 1
+    while node.target_token is not None and (node.id, node.target_token) in child:
+        node = child[(node.id, node.target_token)]
+        tokens += 1
+    levels = 1 + max((n.depth for n in drafted if n.score >= grow and n.depth < depth), default=0)
+    return tokens, len(kept) + 1, levels

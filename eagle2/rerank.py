@@ -23,13 +23,15 @@ class Candidate:
     source: str = "draft"  # who proposed it: "draft", "lookup" (prompt lookup only) or "both"
 
 
-def select_dynamic(pool: list[Candidate], keep: int) -> list[int]:
-    """EAGLE-2 rerank: indices (into pool, pool[0] = root) of the root plus the best `keep` drafted nodes.
+def select_dynamic(pool: list[Candidate], keep: int, floor: float = -math.inf) -> list[int]:
+    """EAGLE-2 rerank: indices (into pool, pool[0] = root) of the root plus the best `keep` drafted nodes, of
+    those scoring at least `floor` (a cumulative log-probability; -inf: all).
 
     Scores never rise along a path, so the top set is connected; a stable sort breaks ties towards
     shallower (earlier-drafted) nodes, which keeps that true when scores are equal.
     """
-    chosen = set(sorted(range(1, len(pool)), key=lambda i: -pool[i].score)[:keep])  # stable
+    best = sorted((i for i in range(1, len(pool)) if pool[i].score >= floor), key=lambda i: -pool[i].score)
+    chosen = set(best[:keep])  # stable
     for i in chosen:  # connectivity is an invariant; fail loudly rather than verify a broken tree
         p = pool[i].parent
         if p != 0 and p not in chosen:

@@ -1,15 +1,15 @@
 """Tuning the tree for the machine: the replayed accept length is what the engine would really have accepted."""
 from __future__ import annotations
 
-from dataclasses import replace
-
+import math
 import random
+from dataclasses import replace
 
 import pytest
 
 from eagle2.api import decoder_for
-from eagle2.autotune import MARGIN, Option, choose, time_verify, tune, warmup_texts
-from eagle2.replay import replay_runs, replay_tau
+from eagle2.autotune import EXPAND_TIMES, MARGIN, MIN_PROBS, Option, choose, time_verify, tune, warmup_texts
+from eagle2.replay import accept_with_floors, replay_runs, replay_tau
 from eagle2.config import DecodeConfig
 from eagle2.engine import Decoder, encode_prompt
 
@@ -36,6 +36,34 @@ def test_replay_of_a_big_tree_equals_running_the_small_tree(embedded):
             assert replay_tau([first_big], n, d) == len(first_small.accepted) + 1, (n, d, t)
             deep = max(deep, len(first_small.accepted))
     assert deep >= 2  # drafts were accepted beyond the first level: the replay walked real paths
+
+
+def test_replay_with_floors_equals_running_the_tree_sized_by_confidence(embedded):
+    """Likewise for trees sized per step: tokens, verified rows and draft levels of the first step, replayed
+    from the big tree, are what the engine does with those floors (every level drafted, as the tuner times;
+    expand floors above 1 / top_k, where the replay is exact)."""
+    dec = decoder_for(embedded)
+    big = DecodeConfig(total_tokens=60, depth=7, max_new_tokens=2)
+    texts = warmup_texts(4)
+    firsts = [list(dec.run(encode_prompt(embedded.tokenizer, t), big))[1] for t in texts]
+    seen, checked = set(), 0
+    try:
+        dec.prune = False
+        for n, d, p, x in [(8, 4, 0.05, 3), (12, 6, 0.03, 4), (26, 7, 0.04, 3), (6, 7, 0.12, 2)]:
+            small_cfg = replace(big, total_tokens=n, depth=d, min_prob=p, expand_prob=p * x)
+            for t, first_big in zip(texts, firsts):
+                floor, grow = math.log(p), math.log(p * x)
+                if any(min(abs(m.score - floor), abs(m.score - grow)) < 0.02 for m in first_big.nodes[1:]):
+                    continue  # the bf16 draft rounds by batch: a node this near a floor may fall either side
+                small = list(dec.run(encode_prompt(embedded.tokenizer, t), small_cfg))[1]
+                got = accept_with_floors(first_big, n, d, floor, grow)
+                assert got == (len(small.accepted) + 1, len(small.verified), max(m.depth for m in small.nodes)), \
+                    (n, d, p, x, t)
+                seen.add(got[1])
+                checked += 1
+    finally:
+        dec.prune = True
+    assert checked >= 10 and len(seen) >= 3  # the floors really sized the trees differently
 
 
 def test_replay_grows_with_the_tree(tiny):
@@ -83,8 +111,12 @@ def test_choose_takes_the_fewest_nodes_near_the_fastest_at_their_best_depth():
 
 def test_tune_measures_every_option_and_chooses_among_them(tiny):
     dec = _decoder(tiny)
-    best, options = tune(dec, PROMPTS[:2], DecodeConfig(top_k=4), sizes=(2, 4, 8), depths=(1, 3), max_new_tokens=12)
-    assert len(options) == 6 and best == choose(options) and best in options
+    best, options = tune(dec, PROMPTS[:2], DecodeConfig(top_k=4), sizes=(2, 4, 8), depths=(1, 3, 4), max_new_tokens=12)
+    fixed = [o for o in options if not o.min_prob]
+    floored = [o for o in options if o.min_prob]  # caps up to the largest size, depths timed: 8 nodes, depth 4
+    assert len(fixed) == 9 and len(floored) == len(MIN_PROBS) * len(EXPAND_TIMES)
+    assert all(o.total_tokens == 8 and o.depth == 4 and 1 <= o.nodes <= 8 for o in floored)
+    assert best == choose(options) and best in options
     assert all(o.step_ms > 0 and o.tau >= 1 for o in options)
     assert [o.tokens_per_s for o in options] == sorted((o.tokens_per_s for o in options), reverse=True)
     cost = time_verify(dec, PROMPTS[0], (2, 8))

@@ -76,6 +76,9 @@ def test_bench_total_tokens_auto_tunes_then_measures(tmp_path, capsys, monkeypat
     monkeypatch.setattr(autotune, "SIZES", (4, 8, 16))  # a smaller grid than the real one, to keep the test short
     monkeypatch.setattr(autotune, "DEPTHS", (2, 4))
     monkeypatch.setattr(autotune, "WARMUP_TOKENS", 16)
+    monkeypatch.setattr(autotune, "MIN_PROBS", (0.05, 0.1))
+    monkeypatch.setattr(autotune, "EXPAND_TIMES", (2,))
+    monkeypatch.setattr(autotune, "FLOOR_CAPS", (8, 16, 26))
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"prompt": "Name three rivers."}) + "\n")
     out = tmp_path / "res.json"
@@ -84,10 +87,13 @@ def test_bench_total_tokens_auto_tunes_then_measures(tmp_path, capsys, monkeypat
     res = json.loads(out.read_text())
     chosen = res["settings"]
     assert isinstance(chosen["total_tokens"], int) and isinstance(chosen["depth"], int)
-    assert len(chosen["tuned"]) == 6
-    best = autotune.choose([autotune.Option(o["total_tokens"], o["depth"], o["tau"], o["step_ms"])
+    # sizes x depths, and floors at caps 8 and 16 (up to the largest size) at depth 4 (the only one timed)
+    assert len(chosen["tuned"]) == 6 + 2 * 2
+    fields = ("total_tokens", "depth", "tau", "step_ms", "min_prob", "expand_prob", "nodes")
+    best = autotune.choose([autotune.Option(**{k: o[k] for k in fields})
                             for o in chosen["tuned"]])  # the tuner's own rule over the options it reported
-    assert (best.total_tokens, best.depth) == (chosen["total_tokens"], chosen["depth"])
+    assert ((best.total_tokens, best.depth, best.min_prob, best.expand_prob)
+            == (chosen["total_tokens"], chosen["depth"], chosen["min_prob"], chosen["expand_prob"]))
     assert res["methods"]["eagle2"]["matches_vanilla"] == 1.0
     assert "tuned for this machine" in capsys.readouterr().err
     assert main(["bench", "--prompts", str(prompts), "--methods", "vanilla,eagle1", "--max-new-tokens", "4",

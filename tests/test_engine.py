@@ -219,3 +219,43 @@ def test_lookup_continuation_copies_what_followed_the_latest_match():
     assert continuation([4, 1, 2, 7, 3, 2], 3) == []                         # one-token matches are not used
     assert continuation([7, 1, 2, 1, 2], 5) == [1, 2, 1, 2, 1]               # a loop is continued round the loop
     assert continuation([1, 2, 3], 3) == [] and continuation([], 3) == [] and continuation([1, 2, 1, 2], 0) == []
+
+
+@pytest.mark.parametrize("lookup", [False, True])
+def test_tree_sized_per_step_by_confidence(tiny, lookup):
+    """With min_prob / expand_prob the kept tree is every drafted node at least min_prob likely (up to
+    total_tokens), only nodes at least expand_prob likely are expanded, the size changes from step to step,
+    and the output still equals greedy decoding."""
+    from tests.conftest import tiny_target
+
+    target = tiny_target(vocab=16, std=1.0)
+    head, tok = confident_head(target, 4.0), tiny[2]
+    prompt = PROMPT + PROMPT
+    ref = reference(target, prompt, 40)
+    cfg = DecodeConfig(method="eagle2", max_new_tokens=40, total_tokens=12, depth=6, top_k=3, min_prob=0.05,
+                       expand_prob=0.2, lookup=lookup, lookup_tokens=4)
+    recs = list(Decoder(target, head, tok).run(prompt, cfg))
+    assert tokens(recs) == ref
+    sizes, depths = set(), set()
+    floor, grow = torch.tensor([cfg.min_prob, cfg.expand_prob]).log().tolist()
+    for r in recs[1:]:
+        on_chain = {n.id for n in r.nodes if n.source in ("lookup", "both")}  # verified on top regardless
+        tree = set(select_dynamic([n for n in r.nodes if n.depth <= cfg.depth], cfg.total_tokens - 1, floor)[1:])
+        assert {n.id for n in r.nodes if n.status == KEPT} == tree | on_chain
+        assert all(n.score >= floor for n in r.nodes if n.id in tree)
+        assert all(n.score >= grow for n in r.nodes[1:] if n.expanded and n.id not in on_chain)
+        sizes.add(len(tree))
+        depths.add(max(n.depth for n in r.nodes if n.id in tree | {0}))
+    assert len(sizes) >= 3 and len(depths) >= 2, (sizes, depths)  # the tree really changes per step
+
+
+def test_unset_floors_keep_the_fixed_size_tree(tiny):
+    target, head, tok = tiny
+    cfg = DecodeConfig(method="eagle2", max_new_tokens=12, total_tokens=10, depth=4, top_k=3)
+    dec = Decoder(target, head, tok)
+    plain = list(dec.run(PROMPT, cfg))[1:]
+    floored = list(dec.run(PROMPT, DecodeConfig(**{**cfg.__dict__, "min_prob": 1e-9})))[1:]
+    assert all(len(r.verified) == cfg.total_tokens for r in plain)
+    assert [kept_paths(r) for r in floored] == [kept_paths(r) for r in plain]  # a floor nothing falls below
+    with pytest.raises(ValueError, match="min_prob"):
+        DecodeConfig(min_prob=1.5)

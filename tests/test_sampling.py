@@ -108,3 +108,12 @@ def test_seed_reproducible(setup):
     b = [t for r in dec.run(PROMPT, cfg) for t in r.new_tokens]
     assert a == b and len(a) == 12
     assert not math.isnan(sum(a))
+
+
+def test_tree_sized_by_confidence_keeps_the_target_distribution(setup):
+    """A tree whose size follows the draft's confidence is still a function of the context alone, so
+    verification must stay exact."""
+    target, head, (p2, p3) = setup
+    cfg = DecodeConfig(**{**CFG.__dict__, "min_prob": 0.1, "expand_prob": 0.2})
+    c2, c3 = sample_counts(target, head, cfg=cfg)
+    assert chi2_pvalue(c2, p2) > 1e-3 and chi2_pvalue(c3, p3) > 1e-3
