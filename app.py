@@ -73,6 +73,11 @@ def _controls(ui: SimpleNamespace) -> None:
                              label="total tokens (verified per step, root included)")
         ui.depth = gr.Slider(*LIMITS["depth"], value=d.depth, step=1, label="depth")
         ui.top_k = gr.Slider(*LIMITS["top_k"], value=d.top_k, step=1, label="top-k")
+        ui.min_prob = gr.Slider(*LIMITS["min_prob"], value=d.min_prob, step=0.01, elem_id="min-prob",
+                                label="size per step: keep only nodes at least this likely (cumulative draft "
+                                      "probability; 0 = always total tokens, which stays the cap)")
+        ui.expand_prob = gr.Slider(*LIMITS["expand_prob"], value=d.expand_prob, step=0.01,
+                                   label="size per step: expand only nodes at least this likely (0 = no floor)")
         ui.lookup = gr.Checkbox(d.lookup, label=f"add a prompt-lookup branch (up to {d.lookup_tokens} tokens copied from the text so "
                                 "far, always verified, on top of the node budget)", elem_id="lookup")
     with gr.Accordion("Static tree (EAGLE-1)", open=True):
@@ -149,14 +154,15 @@ def _outputs(ui: SimpleNamespace) -> list:
 @_on_gpu
 def _on_generate(prompt_text: str, preset_name: str, max_new_tokens: float, temperature_value: float,
                  top_p_value: float, seed_value: float, total_tokens: float, tree_depth: float, tree_top_k: float,
-                 lookup_branch: bool,
+                 lookup_branch: bool, keep_floor: float, expand_floor: float,
                  static_tree_name: str, custom_tree_json: str, run_plain: bool, show_pruned_nodes: bool,
                  control: RunControl, progress=gr.Progress()) -> Iterator[list]:
     """Generate: stream both decoders' trees, text and metrics to this visitor's page."""
     req = RunRequest(prompt=prompt_text, preset=preset_name, max_new_tokens=max_new_tokens,
                      temperature=temperature_value, top_p=top_p_value, seed=seed_value, total_tokens=total_tokens,
                      depth=tree_depth, top_k=tree_top_k, tree_choice=static_tree_name, tree_json=custom_tree_json,
-                     with_vanilla=bool(run_plain), lookup=bool(lookup_branch))
+                     with_vanilla=bool(run_plain), lookup=bool(lookup_branch), min_prob=keep_floor,
+                     expand_prob=expand_floor)
 
     def loader(preset: ModelPreset) -> Bundle:
         return CACHE.get(preset, lambda fraction, message: progress(fraction, desc=message))
@@ -173,7 +179,8 @@ def _on_export(session: Session) -> str | None:
     return path
 
 
-def _on_tree(choice: str, tree_json: str, total: float, lookup: bool = False, depth: float = 0) -> tuple:
+def _on_tree(choice: str, tree_json: str, total: float, lookup: bool = False, depth: float = 0,
+             min_prob: float = 0.0) -> tuple:
     """Show the JSON box for 'custom'; match EAGLE-2's budget to the chosen static tree."""
     try:
         n = len(static_tree(choice, tree_json)) + 1
@@ -181,14 +188,15 @@ def _on_tree(choice: str, tree_json: str, total: float, lookup: bool = False, de
     except ValueError:
         pass
     return (gr.update(visible=choice == "custom"), gr.update(value=total),
-            budget_markdown(total, choice, tree_json, lookup, depth))
+            budget_markdown(total, choice, tree_json, lookup, depth, min_prob))
 
 
 def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     """Connect the events."""
     outputs = _outputs(ui)
     inputs = [ui.prompt, ui.model_dd, ui.max_new, ui.temperature, ui.top_p, ui.seed, ui.total, ui.depth, ui.top_k,
-              ui.lookup, ui.tree_dd, ui.tree_json, ui.with_vanilla, ui.show_pruned, ui.control]
+              ui.lookup, ui.min_prob, ui.expand_prob, ui.tree_dd, ui.tree_json, ui.with_vanilla, ui.show_pruned,
+              ui.control]
     # One decode at a time on the shared model: both triggers share a queue; other sessions wait their turn.
     ui.run_btn.click(_on_generate, inputs, outputs, api_name="generate", show_progress="minimal",
                      concurrency_id="decode", concurrency_limit=1)
@@ -211,11 +219,12 @@ def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     ui.export_btn.click(_on_export, ui.state, ui.trace_out, api_name="export_trace")
     ui.trace_in.upload(lambda path, p: _show(actions.load_trace(path, p)), [ui.trace_in, ui.show_pruned], outputs,
                        api_name="load_trace")
-    tree_io = ([ui.tree_dd, ui.tree_json, ui.total, ui.lookup, ui.depth], [ui.tree_json, ui.total, ui.budget])
+    tree_io = ([ui.tree_dd, ui.tree_json, ui.total, ui.lookup, ui.depth, ui.min_prob],
+               [ui.tree_json, ui.total, ui.budget])
     ui.tree_dd.change(_on_tree, *tree_io, api_name=False)
     ui.tree_json.blur(_on_tree, *tree_io, api_name=False)
-    for w in (ui.total, ui.lookup, ui.depth):
-        w.change(budget_markdown, [ui.total, ui.tree_dd, ui.tree_json, ui.lookup, ui.depth], ui.budget,
+    for w in (ui.total, ui.lookup, ui.depth, ui.min_prob):
+        w.change(budget_markdown, [ui.total, ui.tree_dd, ui.tree_json, ui.lookup, ui.depth, ui.min_prob], ui.budget,
                  api_name=False, show_progress="hidden")
     for w in (ui.depth, ui.top_k, ui.total):
         w.change(sglang_flags, [ui.depth, ui.top_k, ui.total], ui.flags, api_name=False, show_progress="hidden")

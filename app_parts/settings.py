@@ -33,6 +33,8 @@ class RunRequest:
     tree_json: str = ""
     with_vanilla: bool = True
     lookup: bool = False   # EAGLE-2 gets a prompt-lookup branch
+    min_prob: float = 0.0     # EAGLE-2 sizes its tree per step: keep floor (0 = always total_tokens)
+    expand_prob: float = 0.0  # and expand floor
 
 
 def tree_choices() -> list[str]:
@@ -89,12 +91,15 @@ def configs(req: RunRequest) -> dict[str, DecodeConfig]:
                   tree=static_tree(req.tree_choice, req.tree_json))
     if not isinstance(req.lookup, bool):
         raise ValueError(f"prompt-lookup branch must be true or false, not {req.lookup!r}")
-    return {m: DecodeConfig(method=m, lookup=req.lookup and m == "eagle2", **common)
+    floors = dict(min_prob=_number("keep floor", req.min_prob, float),
+                  expand_prob=_number("expand floor", req.expand_prob, float))
+    return {m: DecodeConfig(method=m, lookup=req.lookup and m == "eagle2", **common,
+                            **(floors if m == "eagle2" else {}))
             for m in ("eagle2", "eagle1", "vanilla")}
 
 
 def budget_markdown(total_tokens: object, tree_choice: str, tree_json: str, lookup: bool = False,
-                    depth: object = 0) -> str:
+                    depth: object = 0, min_prob: object = 0.0) -> str:
     """Verified nodes per step for each tree (root included), and whether the budgets match."""
     try:
         static = len(static_tree(tree_choice, tree_json)) + 1
@@ -106,7 +111,16 @@ def budget_markdown(total_tokens: object, tree_choice: str, tree_json: str, look
         return f"⚠ {e}"
     line = (f"Nodes verified per step, root included: EAGLE-2 **{dynamic}** · EAGLE-1 **{static}** "
             f"({static - 1} tree nodes + root).")
-    if dynamic != static:
+    try:
+        floor = _number("keep floor", min_prob or 0.0, float)
+    except ValueError as e:
+        return f"⚠ {e}"
+    if floor > 0:
+        line = (f"Nodes verified per step, root included: EAGLE-2 **up to {dynamic}**, sized per step (only nodes "
+                f"the draft gives at least {floor:g} cumulative probability) · EAGLE-1 **{static}** ({static - 1} tree"
+                f" nodes + root). ⚠ EAGLE-2's budget changes from step to step, so the comparison is not like for"
+                f" like.")
+    elif dynamic != static:
         line += " ⚠ The budgets differ, so the comparison is not like for like."
     if lookup:
         n = DecodeConfig.lookup_tokens  # the field's default, without building (and validating) a config
@@ -132,4 +146,5 @@ def settings_meta(cfgs: dict[str, DecodeConfig], req: RunRequest) -> dict:
     c = cfgs["eagle2"]
     return {"max_new_tokens": c.max_new_tokens, "temperature": c.temperature, "top_p": c.top_p,
             "seed": c.seed, "total_tokens": c.total_tokens, "depth": c.depth, "top_k": c.top_k, "lookup": c.lookup,
+            "min_prob": c.min_prob, "expand_prob": c.expand_prob,
             "static_tree": req.tree_choice, "static_paths": [list(p) for p in c.tree]}

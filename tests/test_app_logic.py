@@ -160,6 +160,8 @@ def test_sessions_do_not_share_state(finished, bundle):
     ({"tree_choice": "nope"}, "unknown static tree"),
     ({"preset": "someone/else"}, "unknown model preset"),
     ({"lookup": "yes"}, "prompt-lookup branch must be true or false"),
+    ({"min_prob": 2.0}, "min_prob=2.0 is outside"),
+    ({"expand_prob": "lots"}, "expand floor must be a number"),
 ])
 def test_bad_input_gives_one_message_and_loads_nothing(change, words):
     req = RunRequest(**{**RunRequest(prompt=PROMPT, preset=PRESET).__dict__, **change})
@@ -247,6 +249,34 @@ def test_prompt_lookup_branch_goes_to_eagle2_only():
     assert cfgs["eagle2"].lookup and not cfgs["eagle1"].lookup and not cfgs["vanilla"].lookup
     assert settings_meta(cfgs, req)["lookup"] is True
     assert not configs(RunRequest(prompt=PROMPT, preset=PRESET))["eagle2"].lookup  # off by default
+
+
+def test_tree_sized_by_confidence_goes_to_eagle2_only():
+    from app_parts.settings import configs, settings_meta
+    from viz.tree_size import tree_size_table
+
+    req = RunRequest(prompt=PROMPT, preset=PRESET, min_prob=0.05, expand_prob=0.15)
+    cfgs = configs(req)
+    assert (cfgs["eagle2"].min_prob, cfgs["eagle2"].expand_prob) == (0.05, 0.15)
+    assert cfgs["eagle1"].min_prob == cfgs["vanilla"].min_prob == 0.0
+    meta = {"settings": settings_meta(cfgs, req)}
+    assert meta["settings"]["min_prob"] == 0.05
+    text = budget_markdown(26, "mc_sim_7b_63", "", min_prob=0.05)
+    assert "up to 26" in text and "0.05" in text and "not like for like" in text
+    assert "up to" not in budget_markdown(26, "mc_sim_7b_63", "", min_prob=0)
+    # the tree-size replay cuts fixed trees; a tree sized per step is not one, so the chart says why not
+    rows, why = tree_size_table([_fake_step()], meta)
+    assert rows == [] and "sized" in why
+
+
+def _fake_step():
+    from eagle2.records import KEPT, ROOT, Node, StepRecord
+
+    nodes = (Node(0, -1, 1, "a", 0, 0, 1.0, 0.0, ROOT, True, "accepted", 2, "b"),
+             Node(1, 0, 2, "b", 1, 0, 0.5, -0.69, KEPT, False, "accepted", 3, "c"))
+    return StepRecord(step=1, method="eagle2", prefix_len=3, nodes=nodes, accepted=(1,), bonus_token=3,
+                      new_tokens=(2, 3), new_texts=("b", "c"), new_sources=("draft", "target"), draft_ms=1.0,
+                      verify_ms=1.0, commit_ms=0.1)
 
 
 def test_settings_helpers():
