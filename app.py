@@ -75,9 +75,10 @@ def _controls(ui: SimpleNamespace) -> None:
         ui.top_k = gr.Slider(*LIMITS["top_k"], value=d.top_k, step=1, label="top-k")
         ui.min_prob = gr.Slider(*LIMITS["min_prob"], value=d.min_prob, step=0.01, elem_id="min-prob",
                                 label="size per step: keep only nodes at least this likely (cumulative draft "
-                                      "probability; 0 = always total tokens, which stays the cap)")
+                                      "probability; 0 = no floor; total tokens stays the cap)")
         ui.expand_prob = gr.Slider(*LIMITS["expand_prob"], value=d.expand_prob, step=0.01,
-                                   label="size per step: expand only nodes at least this likely (0 = no floor)")
+                                   label="size per step: expand only nodes at least this likely (0 = no floor; depth "
+                                         "stays the cap)")
         ui.lookup = gr.Checkbox(d.lookup, label=f"add a prompt-lookup branch (up to {d.lookup_tokens} tokens copied from the text so "
                                 "far, always verified, on top of the node budget)", elem_id="lookup")
     with gr.Accordion("Static tree (EAGLE-1)", open=True):
@@ -180,7 +181,7 @@ def _on_export(session: Session) -> str | None:
 
 
 def _on_tree(choice: str, tree_json: str, total: float, lookup: bool = False, depth: float = 0,
-             min_prob: float = 0.0) -> tuple:
+             min_prob: float = 0.0, expand_prob: float = 0.0) -> tuple:
     """Show the JSON box for 'custom'; match EAGLE-2's budget to the chosen static tree."""
     try:
         n = len(static_tree(choice, tree_json)) + 1
@@ -188,7 +189,7 @@ def _on_tree(choice: str, tree_json: str, total: float, lookup: bool = False, de
     except ValueError:
         pass
     return (gr.update(visible=choice == "custom"), gr.update(value=total),
-            budget_markdown(total, choice, tree_json, lookup, depth, min_prob))
+            budget_markdown(total, choice, tree_json, lookup, depth, min_prob, expand_prob))
 
 
 def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
@@ -219,12 +220,13 @@ def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     ui.export_btn.click(_on_export, ui.state, ui.trace_out, api_name="export_trace")
     ui.trace_in.upload(lambda path, p: _show(actions.load_trace(path, p)), [ui.trace_in, ui.show_pruned], outputs,
                        api_name="load_trace")
-    tree_io = ([ui.tree_dd, ui.tree_json, ui.total, ui.lookup, ui.depth, ui.min_prob],
+    tree_io = ([ui.tree_dd, ui.tree_json, ui.total, ui.lookup, ui.depth, ui.min_prob, ui.expand_prob],
                [ui.tree_json, ui.total, ui.budget])
     ui.tree_dd.change(_on_tree, *tree_io, api_name=False)
     ui.tree_json.blur(_on_tree, *tree_io, api_name=False)
-    for w in (ui.total, ui.lookup, ui.depth, ui.min_prob):
-        w.change(budget_markdown, [ui.total, ui.tree_dd, ui.tree_json, ui.lookup, ui.depth, ui.min_prob], ui.budget,
+    for w in (ui.total, ui.lookup, ui.depth, ui.min_prob, ui.expand_prob):
+        w.change(budget_markdown, [ui.total, ui.tree_dd, ui.tree_json, ui.lookup, ui.depth, ui.min_prob,
+                                   ui.expand_prob], ui.budget,
                  api_name=False, show_progress="hidden")
     for w in (ui.depth, ui.top_k, ui.total):
         w.change(sglang_flags, [ui.depth, ui.top_k, ui.total], ui.flags, api_name=False, show_progress="hidden")

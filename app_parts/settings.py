@@ -33,8 +33,8 @@ class RunRequest:
     tree_json: str = ""
     with_vanilla: bool = True
     lookup: bool = False   # EAGLE-2 gets a prompt-lookup branch
-    min_prob: float = 0.0     # EAGLE-2 sizes its tree per step: keep floor (0 = always total_tokens)
-    expand_prob: float = 0.0  # and expand floor
+    min_prob: float = 0.0     # EAGLE-2 sizes its tree per step: keep floor (0 = none; total_tokens stays the cap)
+    expand_prob: float = 0.0  # and expand floor (0 = none; depth stays the cap)
 
 
 def tree_choices() -> list[str]:
@@ -99,7 +99,7 @@ def configs(req: RunRequest) -> dict[str, DecodeConfig]:
 
 
 def budget_markdown(total_tokens: object, tree_choice: str, tree_json: str, lookup: bool = False,
-                    depth: object = 0, min_prob: object = 0.0) -> str:
+                    depth: object = 0, min_prob: object = 0.0, expand_prob: object = 0.0) -> str:
     """Verified nodes per step for each tree (root included), and whether the budgets match."""
     try:
         static = len(static_tree(tree_choice, tree_json)) + 1
@@ -113,13 +113,14 @@ def budget_markdown(total_tokens: object, tree_choice: str, tree_json: str, look
             f"({static - 1} tree nodes + root).")
     try:
         floor = _number("keep floor", min_prob or 0.0, float)
+        grow = _number("expand floor", expand_prob or 0.0, float)
     except ValueError as e:
         return f"⚠ {e}"
-    if floor > 0:
-        line = (f"Nodes verified per step, root included: EAGLE-2 **up to {dynamic}**, sized per step (only nodes "
-                f"the draft gives at least {floor:g} cumulative probability) · EAGLE-1 **{static}** ({static - 1} tree"
-                f" nodes + root). ⚠ EAGLE-2's budget changes from step to step, so the comparison is not like for"
-                f" like.")
+    if floor > 0 or grow > 0:
+        line = (f"Nodes verified per step, root included: EAGLE-2 **up to {dynamic}**, sized per step (nodes the draft"
+                f" gives at least {floor:g} cumulative probability, expanded from {grow:g}) · EAGLE-1 **{static}**"
+                f" ({static - 1} tree nodes + root). ⚠ EAGLE-2's budget changes from step to step, so the comparison"
+                f" is not like for like.")
     elif dynamic != static:
         line += " ⚠ The budgets differ, so the comparison is not like for like."
     if lookup:

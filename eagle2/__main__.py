@@ -22,6 +22,9 @@ def wants_tuning(args: argparse.Namespace, methods: list[str]) -> bool:
     """Whether --total-tokens auto has an EAGLE-2 tree to tune among `methods`; if not, the default size stands."""
     if args.total_tokens == "auto" and not {"eagle2", "eagle2_lookup"} & set(methods):
         args.total_tokens = DecodeConfig.total_tokens
+    if args.total_tokens == "auto" and (args.min_prob or args.expand_prob):
+        raise ValueError("--total-tokens auto chooses --min-prob and --expand-prob itself: leave them out, or give "
+                         "--total-tokens a number")
     return args.total_tokens == "auto"
 
 
@@ -52,7 +55,7 @@ def _decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=DecodeConfig.top_k)
     p.add_argument("--min-prob", type=float, default=DecodeConfig.min_prob,
                    help="EAGLE-2: size the tree per step, keeping only nodes whose cumulative draft probability is "
-                        "at least this (0: always --total-tokens, which stays the cap)")
+                        "at least this (0: no floor; --total-tokens stays the cap)")
     p.add_argument("--expand-prob", type=float, default=DecodeConfig.expand_prob,
                    help="EAGLE-2: draft children only of nodes at least this probable (0: no floor)")
     p.add_argument("--lookup-tokens", type=int, default=DecodeConfig.lookup_tokens,
@@ -99,7 +102,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
         out = res.to_json()
         out.update(model=bundle.model_name, head=bundle.head_name, device=bundle.describe())
         steps = [r for r in res.records if r.nodes]
-        if cfg.method in ("eagle2", "eagle1") and cfg.greedy and not cfg.lookup and not cfg.min_prob and steps:
+        if cfg.method in ("eagle2", "eagle1") and cfg.greedy and not cfg.lookup and not cfg.sized and steps:
             from .replay import size_curve
 
             # what a tree of 1, 2, ... N nodes would have accepted a step on this run's own steps (EAGLE-1: its

@@ -106,7 +106,8 @@ def tune(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes=None,
     say = progress or (lambda _msg: None)
     sizes, depths = sizes or SIZES, depths or DEPTHS
     max_new_tokens = max_new_tokens or WARMUP_TOKENS
-    big = replace(base, method="eagle2", temperature=0.0, lookup=False, total_tokens=max(sizes), depth=max(depths),
+    big = replace(base, method="eagle2", temperature=0.0, lookup=False, min_prob=0.0, expand_prob=0.0,
+                  total_tokens=max(sizes), depth=max(depths),
                   max_new_tokens=max_new_tokens)
     runs: list[list[StepRecord]] = []
     for i, ids in enumerate(prompts):
@@ -148,7 +149,8 @@ def floor_options(runs: list[list[StepRecord]], verify: dict[int, float], rest: 
     decode's tokens are divided by its own replayed accept length, and its steps priced at their mean cost."""
     out = []
     for n, d, p, x in itertools.product(caps, depths, MIN_PROBS, EXPAND_TIMES):
-        floor, grow = math.log(p), math.log(min(1.0, p * x))
+        expand = round(min(1.0, p * x), 6)
+        floor, grow = math.log(p), math.log(expand)
         tokens = steps = ms = rows = 0.0
         for records in runs:
             drafted = [r for r in records if r.nodes]
@@ -161,7 +163,7 @@ def floor_options(runs: list[list[StepRecord]], verify: dict[int, float], rest: 
             ms += k * sum(_interpolate(verify, g[1]) + _interpolate(rest, g[2]) for g in got) / len(got)
             rows += k * sum(g[1] for g in got) / len(got)
         if steps:
-            out.append(Option(n, d, tokens / steps, ms / steps, p, min(1.0, p * x), rows / steps))
+            out.append(Option(n, d, tokens / steps, ms / steps, p, expand, rows / steps))
     return out
 
 
@@ -179,8 +181,8 @@ def choose(options: list[Option], margin: float = MARGIN) -> Option:
     slower than at depth 2, and 6 nodes at depth 2 2% slower than at depth 3."""
     fastest = max(o.tokens_per_s for o in options)
     near = [o for o in options if o.tokens_per_s >= (1 - margin) * fastest]
-    fewest = min(round(o.nodes) for o in near)
-    return max((o for o in near if round(o.nodes) == fewest), key=lambda o: o.tokens_per_s)
+    fewest = min(math.floor(o.nodes + 0.5) for o in near)
+    return max((o for o in near if math.floor(o.nodes + 0.5) == fewest), key=lambda o: o.tokens_per_s)
 
 
 def warmup_texts(n: int | None = None) -> list[str]:

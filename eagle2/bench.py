@@ -158,6 +158,8 @@ def cmd_bench(args: argparse.Namespace) -> None:
     auto = wants_tuning(args, methods)
     if auto and args.sweep:
         raise ValueError("--sweep tries many sizes itself: give --total-tokens a number")
+    if args.sweep and (args.min_prob or args.expand_prob):
+        raise ValueError("--sweep measures fixed tree sizes: leave out --min-prob and --expand-prob")
     bundle = load(args.model, args.head, args.device, args.kernels, args.draft_dtype)
     print(bundle.describe(), file=sys.stderr)
     if auto:

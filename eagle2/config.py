@@ -79,9 +79,9 @@ class DecodeConfig:
     tree: tuple[tuple[int, ...], ...] = field(default=())  # static tree (EAGLE-1); empty = preset mc_sim_7b_63
     lookup: bool = False       # EAGLE-2 only: add a prompt-lookup branch, verified on top of total_tokens
     lookup_tokens: int = 10    # the branch's longest length (transformers' prompt_lookup_num_tokens default)
-    # EAGLE-2, a tree sized per step by confidence (0 = off: always total_tokens): keep only drafted nodes whose
-    # cumulative draft probability is at least min_prob, and expand only nodes at least expand_prob; total_tokens
-    # and depth stay the caps. On a CPU, where every verified row and every draft level costs, this spends them
+    # EAGLE-2, a tree sized per step by confidence (both 0 = off: always total_tokens): keep only drafted nodes
+    # whose cumulative draft probability is at least min_prob, and expand only nodes at least expand_prob;
+    # total_tokens and depth stay the caps. On a CPU, where every verified row and every draft level costs, this spends them
     # where the draft expects them to be accepted.
     min_prob: float = 0.0
     expand_prob: float = 0.0
@@ -99,6 +99,11 @@ class DecodeConfig:
             raise ValueError(f"lookup must be true or false, not {self.lookup!r}")
         if not self.tree:
             object.__setattr__(self, "tree", parse_tree("mc_sim_7b_63", max(self.top_k, 4)))
+
+    @property
+    def sized(self) -> bool:
+        """Whether EAGLE-2 sizes its tree per step (either floor set): its size then varies from step to step."""
+        return self.min_prob > 0 or self.expand_prob > 0
 
     @property
     def greedy(self) -> bool:

@@ -267,6 +267,14 @@ def test_tree_sized_by_confidence_goes_to_eagle2_only():
     # the tree-size replay cuts fixed trees; a tree sized per step is not one, so the chart says why not
     rows, why = tree_size_table([_fake_step()], meta)
     assert rows == [] and "sized" in why
+    # an expand floor alone sizes the tree too
+    alone = configs(RunRequest(prompt=PROMPT, preset=PRESET, expand_prob=0.2))["eagle2"]
+    assert alone.sized and not configs(RunRequest(prompt=PROMPT, preset=PRESET))["eagle2"].sized
+    assert "up to 26" in budget_markdown(26, "mc_sim_7b_63", "", expand_prob=0.2)
+    assert "sized" in tree_size_table([_fake_step()], {"settings": {"expand_prob": 0.2}})[1]
+    # the page nests the temperature under settings: a sampled run gets no replay
+    assert "greedy" in tree_size_table([_fake_step()], {"settings": {"temperature": 0.7}})[1]
+    assert tree_size_table([_fake_step()], {"settings": {"temperature": 0.0}})[0]
 
 
 def _fake_step():

@@ -109,6 +109,16 @@ def test_choose_takes_the_fewest_nodes_near_the_fastest_at_their_best_depth():
     assert (choose(near).total_tokens, choose(near).depth) == (3, 2)
 
 
+def test_choose_counts_a_sized_tree_by_its_mean_rows():
+    fixed = Option(6, 3, 2.30, 100.0)                      # 23.0 tokens/s
+    sized = Option(12, 7, 2.35, 101.0, 0.08, 0.16, 5.6)    # 23.3: within the margin, fewer rows (6 when rounded)
+    bushy = Option(12, 7, 2.60, 110.0, 0.03, 0.09, 9.4)    # 23.6: the fastest, but more rows
+    assert choose([fixed, sized, bushy]) == sized  # 6 rows either way: the faster of the two
+    assert choose([fixed, bushy]) == fixed
+    assert choose([Option(6, 3, 2.30, 100.0), Option(12, 7, 2.35, 101.0, 0.08, 0.16, 6.5)]).min_prob == 0.0
+    assert fixed.nodes == 6.0 and sized.nodes == 5.6
+
+
 def test_tune_measures_every_option_and_chooses_among_them(tiny):
     dec = _decoder(tiny)
     best, options = tune(dec, PROMPTS[:2], DecodeConfig(top_k=4), sizes=(2, 4, 8), depths=(1, 3, 4), max_new_tokens=12)

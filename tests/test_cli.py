@@ -101,6 +101,10 @@ def test_bench_total_tokens_auto_tunes_then_measures(tmp_path, capsys, monkeypat
     assert "tuned" not in capsys.readouterr().err and json.loads(out.read_text())["settings"]["total_tokens"] == 26
     with pytest.raises(SystemExit):
         main(["bench", "--prompts", str(prompts), "--total-tokens", "lots"])
+    assert main(["bench", "--prompts", str(prompts), "--total-tokens", "auto", "--min-prob", "0.05"]) == 2
+    assert "chooses --min-prob" in capsys.readouterr().err
+    assert main(["bench", "--prompts", str(prompts), "--sweep", "--expand-prob", "0.2"]) == 2
+    assert "fixed tree sizes" in capsys.readouterr().err
     assert main(["bench", "--prompts", str(prompts), "--sweep", "--total-tokens", "auto"]) == 2
     assert "--sweep" in capsys.readouterr().err
 

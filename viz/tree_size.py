@@ -7,7 +7,8 @@ its paths are listed) likewise. So one run tells what every smaller tree of eith
 accepted on the same steps, without decoding again: the gap between the two curves is what choosing the
 tree per context buys at each node budget. Greedy runs only: a sampled verdict depends on the random
 draw. Runs with the prompt-lookup branch are left out too, since that branch is verified whatever its score,
-and runs whose tree was sized per step by confidence (`min_prob`), since their smaller trees are not cuts.
+and runs whose tree was sized per step by confidence (`min_prob`, `expand_prob`), since their smaller trees are
+not cuts of one fixed tree.
 """
 from __future__ import annotations
 
@@ -31,9 +32,10 @@ def tree_size_table(eagle2: list[StepRecord], meta: dict,
     steps = {"eagle2": _drafted(eagle2), "eagle1": _drafted(eagle1 or [])}
     if not steps["eagle2"]:
         return [], "no EAGLE-2 steps yet"
-    if float(meta.get("temperature") or 0.0) > 0.0:
+    settings = meta.get("settings") or {}  # the page nests a run's settings; a bare dict of them works too
+    if float(settings.get("temperature", meta.get("temperature")) or 0.0) > 0.0:
         return [], "the replay needs greedy decoding (temperature 0): a sampled verdict depends on its draw"
-    if float((meta.get("settings") or {}).get("min_prob") or 0.0) > 0.0:
+    if float(settings.get("min_prob") or 0.0) > 0.0 or float(settings.get("expand_prob") or 0.0) > 0.0:
         return [], "the replay needs a fixed-size tree: this run sized EAGLE-2's tree per step by confidence"
     if meta.get("lookup") or any(n.source != "draft" for r in steps["eagle2"] for n in r.nodes[1:]):
         return [], "the replay leaves out runs with the prompt-lookup branch (it is verified whatever its score)"
