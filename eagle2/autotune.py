@@ -26,6 +26,7 @@ from .config import DecodeConfig
 from .engine import Decoder, truncate
 from .records import StepRecord
 from .replay import accept_with_floors, replay_runs
+from .rerank import floors
 
 SIZES = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 26, 32, 40, 48, 60)
 DEPTHS = (1, 2, 3, 4, 5, 6, 7)
@@ -150,7 +151,7 @@ def floor_options(runs: list[list[StepRecord]], verify: dict[int, float], rest: 
     out = []
     for n, d, p, x in itertools.product(caps, depths, MIN_PROBS, EXPAND_TIMES):
         expand = round(min(1.0, p * x), 6)
-        floor, grow = math.log(p), math.log(expand)
+        floor, grow = floors(p, expand)
         tokens = steps = ms = rows = 0.0
         for records in runs:
             drafted = [r for r in records if r.nodes]

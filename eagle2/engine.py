@@ -23,20 +23,12 @@ from .config import DecodeConfig
 from .lookup import continuation
 from .records import KEPT, PRUNED, ROOT, UNEXPANDED, Node, StepRecord
 from .tokens import TokenText
-from .rerank import Candidate, cutoff, select_dynamic
+from .rerank import Candidate, cutoff, floors, select_dynamic
 from .tree import additive_mask, static_children, tree_inputs
 from .verify import accept_greedy, accept_sampling, sample_token
 
 
 LOG_FLOOR = -69.0  # about log(1e-30): the score of a lookup token the draft gives (almost) no probability
-
-
-def floors(cfg: DecodeConfig) -> tuple[float, float]:
-    """EAGLE-2's per-step sizing as cumulative log-probabilities: (keep floor, expand floor). A node below the
-    keep floor is not verified; one below either floor is not expanded, since its children score lower still."""
-    keep = math.log(cfg.min_prob) if cfg.min_prob > 0 else -math.inf
-    grow = math.log(cfg.expand_prob) if cfg.expand_prob > 0 else -math.inf
-    return keep, max(keep, grow)
 
 
 def truncate(cache: DynamicCache, length: int) -> None:
@@ -211,7 +203,7 @@ class Decoder:
         branch, verified on top of that tree: its first `depth` tokens are scored by the draft like any other
         node and expanded with their level, the rest hang below them unscored (see `_with_chain`)."""
         chain = continuation(st.history, cfg.lookup_tokens) if cfg.lookup else []
-        floor, grow = floors(cfg)
+        floor, grow = floors(cfg.min_prob, cfg.expand_prob)
         frontier = self._root_children(st, pool, feats, cfg.top_k, chain[0] if chain else None)
         on_chain = [i for i in frontier if pool[i].source != "draft"]  # one node per level, or none
         for d in range(1, cfg.depth):

@@ -84,7 +84,7 @@ def replay_runs(runs: list[list[StepRecord]], total_tokens: int, depth: int) -> 
 
 def accept_with_floors(r: StepRecord, total_tokens: int, depth: int, floor: float, grow: float) -> tuple[int, int, int]:
     """(tokens, verified rows, draft levels) of one recorded step had EAGLE-2 sized its tree by confidence
-    (`engine.floors`: keep floor `floor`, expand floor `grow`, both cumulative log-probabilities): of the
+    (`rerank.floors`: keep floor `floor`, expand floor `grow`, both cumulative log-probabilities): of the
     nodes of depth <= `depth` whose parent it would have expanded (the root, or a parent scoring at least both
     floors), the best `total_tokens - 1` scoring at least `floor`, walking the target's recorded choices.
     Exact where the recording drafted every node the smaller tree would have (at most `top_k` nodes per level

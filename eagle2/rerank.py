@@ -39,6 +39,15 @@ def select_dynamic(pool: list[Candidate], keep: int, floor: float = -math.inf) -
     return [0] + sorted(chosen, key=lambda i: (pool[i].depth, i))
 
 
+def floors(min_prob: float, expand_prob: float) -> tuple[float, float]:
+    """EAGLE-2's per-step sizing as cumulative log-probabilities: (keep floor, expand floor); 0 = no floor. A node
+    below the keep floor is not verified; one below either floor is not expanded, since its children score
+    lower still."""
+    keep = math.log(min_prob) if min_prob > 0 else -math.inf
+    grow = math.log(expand_prob) if expand_prob > 0 else -math.inf
+    return keep, max(keep, grow)
+
+
 def cutoff(pool: list[Candidate], keep: int) -> float:
     """The score a drafted node's descendants must beat to ever be among the best `keep` of this pool.
 
