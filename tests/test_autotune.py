@@ -44,16 +44,20 @@ def test_replay_with_floors_equals_running_the_tree_sized_by_confidence(embedded
     expand floors above 1 / top_k, where the replay is exact)."""
     dec = decoder_for(embedded)
     big = DecodeConfig(total_tokens=60, depth=7, max_new_tokens=2)
-    texts = warmup_texts(4)
+    texts = warmup_texts()  # all eight, so that skipping near-floor cases still leaves 10 checked
     firsts = [list(dec.run(encode_prompt(embedded.tokenizer, t), big))[1] for t in texts]
     seen, checked = set(), 0
     try:
         dec.prune = False
-        for n, d, p, x in [(8, 4, 0.05, 3), (12, 6, 0.03, 4), (26, 7, 0.04, 3), (6, 7, 0.12, 2)]:
+        # Depth caps up to 5: deeper, the bf16 draft's scores drift by up to ~0.1 between the big and the sized
+        # run (it rounds by batch, and a sized level batches fewer nodes), so a deep node's side of a floor is
+        # not reproducible; up to depth 5 they agreed within 0.005 (session 29).
+        for n, d, p, x in [(8, 4, 0.05, 3), (12, 5, 0.03, 4), (26, 5, 0.04, 3), (6, 4, 0.12, 2)]:
             small_cfg = replace(big, total_tokens=n, depth=d, min_prob=p, expand_prob=p * x)
             for t, first_big in zip(texts, firsts):
                 floor, grow = math.log(p), math.log(p * x)
-                if any(min(abs(m.score - floor), abs(m.score - grow)) < 0.02 for m in first_big.nodes[1:]):
+                if any(min(abs(m.score - floor), abs(m.score - grow)) < 0.02 for m in first_big.nodes[1:]
+                       if m.depth <= d):
                     continue  # the bf16 draft rounds by batch: a node this near a floor may fall either side
                 small = list(dec.run(encode_prompt(embedded.tokenizer, t), small_cfg))[1]
                 got = accept_with_floors(first_big, n, d, floor, grow)
