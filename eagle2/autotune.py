@@ -100,10 +100,10 @@ def _timed_steps(dec: Decoder, ids: list[int], cfg: DecodeConfig) -> list[tuple[
 
 
 def tune(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes=None, depths=None,
-         max_new_tokens: int | None = None, progress=None, floors: bool = True) -> tuple[Option, list[Option]]:
+         max_new_tokens: int | None = None, progress=None, sized: bool = True) -> tuple[Option, list[Option]]:
     """Warm up on `prompts` with the largest tree, time each depth's drafting and each size's verify, and
     return the chosen option (`choose`) and every option considered (fastest first): fixed sizes and depths,
-    and (`floors`) trees sized per step by confidence (`floor_options`)."""
+    and (`sized`) trees sized per step by confidence (`floor_options`)."""
     say = progress or (lambda _msg: None)
     sizes, depths = sizes or SIZES, depths or DEPTHS
     max_new_tokens = max_new_tokens or WARMUP_TOKENS
@@ -129,7 +129,7 @@ def tune(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes=None,
     say("tuning: timing verify at " + ", ".join(map(str, sizes)) + " nodes")
     verify = time_verify(dec, prompts[0], tuple(sorted({1, *sizes})))
     options = [Option(n, d, replay_runs(runs, n, d), rest[d] + verify[n]) for n in sizes for d in depths]
-    if floors:
+    if sized:
         options += floor_options(runs, verify, rest, [n for n in FLOOR_CAPS if n <= max(sizes)],
                                  [d for d in FLOOR_DEPTHS if d in rest])
     options.sort(key=lambda o: -o.tokens_per_s)

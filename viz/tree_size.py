@@ -32,12 +32,12 @@ def tree_size_table(eagle2: list[StepRecord], meta: dict,
     steps = {"eagle2": _drafted(eagle2), "eagle1": _drafted(eagle1 or [])}
     if not steps["eagle2"]:
         return [], "no EAGLE-2 steps yet"
-    settings = meta.get("settings") or {}  # the page nests a run's settings; a bare dict of them works too
-    if float(settings.get("temperature", meta.get("temperature")) or 0.0) > 0.0:
+    settings = meta.get("settings") or meta  # the page nests a run's settings; a bare dict of them works too
+    if float(settings.get("temperature") or 0.0) > 0.0:
         return [], "the replay needs greedy decoding (temperature 0): a sampled verdict depends on its draw"
     if float(settings.get("min_prob") or 0.0) > 0.0 or float(settings.get("expand_prob") or 0.0) > 0.0:
         return [], "the replay needs a fixed-size tree: this run sized EAGLE-2's tree per step by confidence"
-    if meta.get("lookup") or any(n.source != "draft" for r in steps["eagle2"] for n in r.nodes[1:]):
+    if settings.get("lookup") or any(n.source != "draft" for r in steps["eagle2"] for n in r.nodes[1:]):
         return [], "the replay leaves out runs with the prompt-lookup branch (it is verified whatever its score)"
     curves = {m: size_curve(s, max(len(r.verified) for r in s), static=m == "eagle1")
               for m, s in steps.items() if s}
