@@ -50,14 +50,16 @@ class RoomyLayer(DynamicLayer):
         self.keys, self.values = self._k[..., :n + m, :], self._v[..., :n + m, :]
         return self.keys, self.values
 
-    def keep(self, start: int, rows: torch.Tensor) -> None:
-        """Keep the first `start` positions followed by positions `rows` (>= start, increasing), in place."""
+    def keep(self, start: int, rows: torch.Tensor, in_place: bool = False) -> None:
+        """Keep the first `start` positions followed by positions `rows` (>= start, increasing), in place.
+        `in_place`: rows are start, start + 1, ... already, so nothing moves (a chain, or no draft accepted)."""
         if not self._owns_keys():
             select_positions(self, start, rows)
             return
         m = rows.numel()
-        self._k[..., start:start + m, :] = self._k.index_select(-2, rows)  # gathered first: overlap is safe
-        self._v[..., start:start + m, :] = self._v.index_select(-2, rows)
+        if not in_place:
+            self._k[..., start:start + m, :] = self._k.index_select(-2, rows)  # gathered first: overlap is safe
+            self._v[..., start:start + m, :] = self._v.index_select(-2, rows)
         self.keys, self.values = self._k[..., :start + m, :], self._v[..., :start + m, :]
 
 
@@ -76,8 +78,9 @@ def new_cache(config) -> DynamicCache:
 
 def keep_positions(cache: DynamicCache, start: int, rows: torch.Tensor) -> None:
     """Keep the first `start` positions of every layer followed by positions `rows` (increasing, >= start)."""
+    in_place = int(rows[0]) == start and int(rows[-1]) == start + rows.numel() - 1  # nothing to move
     for layer in cache.layers:
         if isinstance(layer, RoomyLayer):
-            layer.keep(start, rows)
+            layer.keep(start, rows, in_place)
         else:
             select_positions(layer, start, rows)

@@ -1,6 +1,8 @@
 """RoomyLayer against the library's DynamicLayer: the same keys and values after every operation the engine uses."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 from transformers.cache_utils import DynamicLayer
 
@@ -33,10 +35,11 @@ def test_roomy_layer_matches_dynamic_layer_through_a_decode_like_sequence():
             out_ref, out_roomy = ref.update(k, v), roomy.update(k, v)
             assert all(torch.equal(a, b) for a, b in zip(out_ref, out_roomy))  # what attention sees
             past = ref.get_seq_length() - n
-            if n > 1:  # keep prefix + an accepted path, in place
-                rows = past + torch.tensor(sorted({0, n // 2, n - 1}))
+            if n > 1:  # keep prefix + an accepted path, in place: scattered, or already in place (a chain)
+                path = sorted({0, n // 2, n - 1}) if seed % 2 else range(1 + seed % 3)
+                rows = past + torch.tensor(list(path))
                 keep_reference(ref, past, rows)
-                roomy.keep(past, rows)
+                C.keep_positions(SimpleNamespace(layers=[roomy]), past, rows)
             same(ref, roomy)
             ref.crop(-1), roomy.crop(-1)  # the engine's truncate
             same(ref, roomy)
