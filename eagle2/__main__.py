@@ -35,7 +35,7 @@ def resolve_auto(args: argparse.Namespace, bundle) -> None:
     from .autotune import describe, tune, warmup_texts
     from .engine import encode_prompt
 
-    base = DecodeConfig(top_k=args.top_k, max_new_tokens=args.max_new_tokens)
+    base = DecodeConfig(top_k=args.top_k, max_new_tokens=args.max_new_tokens, draft_tokens=args.draft_tokens)
     prompts = [encode_prompt(bundle.tokenizer, t) for t in warmup_texts()]
     best, options = tune(decoder_for(bundle), prompts, base, progress=lambda m: print(m, file=sys.stderr))
     print(describe(best, options), file=sys.stderr)
@@ -58,6 +58,9 @@ def _decode_args(p: argparse.ArgumentParser) -> None:
                         "at least this (0: no floor; --total-tokens stays the cap)")
     p.add_argument("--expand-prob", type=float, default=DecodeConfig.expand_prob,
                    help="EAGLE-2: draft children only of nodes at least this probable (0: no floor)")
+    p.add_argument("--draft-tokens", type=int, default=DecodeConfig.draft_tokens,
+                   help="score only the first N tokens of the head's draft vocabulary (most frequent first; 0: all): "
+                        "a cheaper draft level, fewer tokens the draft can propose; the output is the same")
     p.add_argument("--lookup-tokens", type=int, default=DecodeConfig.lookup_tokens,
                    help="longest prompt-lookup branch (with --lookup or method eagle2_lookup)")
     p.add_argument("--tree", default="mc_sim_7b_63", help="static tree preset name or JSON list of paths")
@@ -80,7 +83,8 @@ def config_from(args: argparse.Namespace, method: str) -> DecodeConfig:
                         temperature=args.temperature, top_p=args.top_p, seed=args.seed,
                         total_tokens=args.total_tokens, depth=args.depth, top_k=args.top_k, tree=tree,
                         lookup=lookup and method in ("eagle2", "eagle2_lookup"), lookup_tokens=args.lookup_tokens,
-                        min_prob=args.min_prob, expand_prob=args.expand_prob)
+                        min_prob=args.min_prob, expand_prob=args.expand_prob,
+                        draft_tokens=getattr(args, "draft_tokens", 0))
 
 
 def cmd_generate(args: argparse.Namespace) -> None:

@@ -20,6 +20,7 @@ LIMITS = {
     "min_prob": (0.0, 1.0),
     "expand_prob": (0.0, 1.0),
     "static_nodes": (1, 127),
+    "draft_tokens": (0, 1 << 20),
 }
 
 
@@ -85,12 +86,15 @@ class DecodeConfig:
     # where the draft expects them to be accepted.
     min_prob: float = 0.0
     expand_prob: float = 0.0
+    # The draft scores the first draft_tokens tokens of the head's draft vocabulary (0: all of it). Fewer is a
+    # cheaper draft level and fewer tokens the draft can propose; verification always uses the full vocabulary.
+    draft_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, not {self.method!r}")
         for name in ("max_new_tokens", "temperature", "top_p", "total_tokens", "depth", "top_k", "lookup_tokens",
-                     "min_prob", "expand_prob"):
+                     "min_prob", "expand_prob", "draft_tokens"):
             lo, hi = LIMITS[name]
             v = getattr(self, name)
             if not (lo <= v <= hi):
@@ -99,6 +103,10 @@ class DecodeConfig:
             raise ValueError(f"lookup must be true or false, not {self.lookup!r}")
         if not self.tree:
             object.__setattr__(self, "tree", parse_tree("mc_sim_7b_63", max(self.top_k, 4)))
+        need = self.top_k if self.method == "eagle2" else self.static_top_k
+        if self.draft_tokens and self.method != "vanilla" and self.draft_tokens < need:
+            raise ValueError(f"draft_tokens={self.draft_tokens} is fewer than the {need} candidates the draft "
+                             f"proposes per node; use at least {need}, or 0 for the head's whole draft vocabulary")
 
     @property
     def sized(self) -> bool:

@@ -48,6 +48,16 @@ class _State:
     root: int                   # last committed token, not yet in the target cache
     history: list[int]          # prompt and every committed token, root last (for prompt lookup)
     produced: int = 0
+    draft: "_DraftRows | None" = None  # the lm_head rows this run's draft scores
+
+
+@dataclass
+class _DraftRows:
+    """The lm_head rows the draft scores: vocabulary ids (None = all), their column of each id, weight, packing."""
+    ids: torch.Tensor | None
+    col: dict[int, int]
+    w: torch.Tensor
+    packed: torch.Tensor | None
 
 
 def encode_prompt(tokenizer, text: str, raw: bool = False) -> list[int]:
@@ -76,12 +86,7 @@ class Decoder:
         # The head may run in a cheaper dtype than the target (`loading.load(draft_dtype=...)`): drafting only
         # proposes, the target verifies in its own dtype, so the output is unchanged.
         self.head_dtype = getattr(head, "dtype", self.dtype)
-        w = self.lm_head.weight
-        w = w if self.draft_ids is None else w.index_select(0, self.draft_ids)
-        self.draft_w = w.to(self.head_dtype)  # (M, H)
-        self.draft_col = {} if self.draft_ids is None else {t: j for j, t in enumerate(self.draft_ids.tolist())}
-        # With oneDNN kernels (eagle2/kernels.py) the draft's rows are packed once as well.
-        self.draft_packed = kernels.pack(self.draft_w) if kernels.patched(self.lm_head) else None
+        self._rows: dict[int, _DraftRows] = {}  # by how many leading tokens of the vocabulary (0: all)
         # Greedy tokens through a bf16 shortlist proved exact (eagle2/argmax.py) where that applies; None: the
         # full float32 lm_head's argmax.
         self.greedy_head = GreedyTokens(self.lm_head) if GreedyTokens.applies(self.lm_head) else None
@@ -90,6 +95,22 @@ class Decoder:
         self.prune = True
 
     # ---- helpers -------------------------------------------------------------------------------
+    def draft_rows(self, n: int = 0) -> _DraftRows:
+        """The rows for a draft over the first `n` tokens of the head's draft vocabulary (0 or more than it has:
+        all of it; a head without one drafts over the first `n` of the full vocabulary), gathered, cast and (with
+        oneDNN kernels, eagle2/kernels.py) packed on first use and kept."""
+        size = self.lm_head.weight.shape[0] if self.draft_ids is None else len(self.draft_ids)
+        n = size if n <= 0 or n >= size else n
+        if n not in self._rows:
+            ids = None if n == self.lm_head.weight.shape[0] and self.draft_ids is None else (
+                torch.arange(n, device=self.device) if self.draft_ids is None else self.draft_ids[:n])
+            w = self.lm_head.weight if ids is None else self.lm_head.weight.index_select(0, ids)
+            w = w.to(self.head_dtype)  # (M, H)
+            col = {} if ids is None else {t: j for j, t in enumerate(ids.tolist())}
+            packed = kernels.pack(w) if kernels.patched(self.lm_head) else None
+            self._rows[n] = _DraftRows(ids=ids, col=col, w=w, packed=packed)
+        return self._rows[n]
+
     def _text(self, token: int) -> str:
         return self.token_text(token)
 
@@ -116,20 +137,24 @@ class Decoder:
         return state, rec
 
     def _head_step(self, st: _State, tokens: list[int], feats: torch.Tensor, visible: torch.Tensor,
-                   positions: list[int]) -> torch.Tensor:
-        """Run the head on new (token, feature) pairs appended to its cache -> draft log-probs (Q, V), feats."""
+                   positions: list[int], last: bool = False) -> torch.Tensor:
+        """Run the head on new (token, feature) pairs appended to its cache -> draft log-probs (Q, V), feats.
+        `last`: only the last row's log-probs are needed (Q = 1 then; features still of every row)."""
         mask = additive_mask(visible, st.head_len, self.head_dtype).to(self.device)
         out = self.head(torch.tensor([tokens], device=self.device), feats, mask,
                         torch.tensor([positions], device=self.device), st.head_cache)[0]  # (Q, H)
-        logits = (torch.nn.functional.linear(out, self.draft_w) if self.draft_packed is None
-                  else kernels.packed_linear(out, self.draft_packed, None))
+        out = out[-1:] if last else out
+        rows = st.draft
+        logits = (torch.nn.functional.linear(out, rows.w) if rows.packed is None
+                  else kernels.packed_linear(out, rows.packed, None))
         return torch.log_softmax(logits.float(), dim=-1), out
 
-    def _draft_topk(self, logp: torch.Tensor, k: int) -> tuple[list, list]:
+    @staticmethod
+    def _draft_topk(st: _State, logp: torch.Tensor, k: int) -> tuple[list, list]:
         """Top-k draft tokens (vocabulary ids) and log-probs, as Python lists: one host transfer."""
         lp, idx = logp.topk(k, dim=-1)
-        if self.draft_ids is not None:
-            idx = self.draft_ids[idx]
+        if st.draft.ids is not None:
+            idx = st.draft.ids[idx]
         return lp.tolist(), idx.tolist()
 
     def _catch_up(self, st: _State) -> tuple[torch.Tensor, torch.Tensor]:
@@ -137,16 +162,18 @@ class Decoder:
         t = st.pend_tokens.shape[1]
         causal = torch.ones(t, t, dtype=torch.bool).tril()
         logp, out = self._head_step(st, st.pend_tokens[0].tolist(), st.pend_feats, causal,
-                                    list(range(st.head_len, st.head_len + t)))
+                                    list(range(st.head_len, st.head_len + t)), last=True)
         st.head_len += t
         return logp[-1], out[-1]
 
-    def _draft_logp(self, logp_row: torch.Tensor, token: int) -> float:
+    @staticmethod
+    def _draft_logp(st: _State, logp_row: torch.Tensor, token: int) -> float:
         """The draft's log-probability of a vocabulary token (floored; outside a reduced vocabulary it is 0)."""
-        col = self.draft_col.get(token) if self.draft_ids is not None else token
+        col = st.draft.col.get(token) if st.draft.ids is not None else token
         return LOG_FLOOR if col is None else max(float(logp_row[col]), LOG_FLOOR)
 
-    def _add_children(self, pool: list[Candidate], feats: dict[int, torch.Tensor], n: int, logp_row: torch.Tensor,
+    def _add_children(self, st: _State, pool: list[Candidate], feats: dict[int, torch.Tensor], n: int,
+                      logp_row: torch.Tensor,
                       top_lp: list[float], top_tok: list[int], feat: torch.Tensor, extra: int | None) -> list[int]:
         """Append node n's top-k children, plus `extra` (a prompt-lookup token) scored by the same draft row."""
         pool[n].expanded = True
@@ -156,7 +183,7 @@ class Decoder:
                                   source="both" if tok == extra else "draft"))
             new.append(len(pool) - 1)
         if extra is not None and extra not in top_tok:
-            lp = self._draft_logp(logp_row, extra)
+            lp = self._draft_logp(st, logp_row, extra)
             pool.append(Candidate(parent=n, token=extra, depth=depth, rank=len(top_tok), logp=lp, score=base + lp,
                                   source="lookup"))
             new.append(len(pool) - 1)
@@ -180,16 +207,17 @@ class Decoder:
         logp, out = self._head_step(st, [pool[n].token for n in nodes], torch.stack([feats[n] for n in nodes])[None],
                                     visible, [st.head_len - 1 + depth] * len(nodes))
         drafted.extend(nodes)
-        top_lp, top_tok = self._draft_topk(logp, k)  # (Q, k) each
+        top_lp, top_tok = self._draft_topk(st, logp, k)  # (Q, k) each
         new = []
         for q, n in enumerate(nodes):
-            new += self._add_children(pool, feats, n, logp[q], top_lp[q], top_tok[q], out[q], (extra or {}).get(n))
+            new += self._add_children(st, pool, feats, n, logp[q], top_lp[q], top_tok[q], out[q],
+                                      (extra or {}).get(n))
         return new
 
     def _root_children(self, st, pool, feats, k, extra: int | None = None) -> list[int]:
         logp, feat = self._catch_up(st)
-        lp, tok = self._draft_topk(logp, k)
-        return self._add_children(pool, feats, 0, logp, lp, tok, feat, extra)
+        lp, tok = self._draft_topk(st, logp, k)
+        return self._add_children(st, pool, feats, 0, logp, lp, tok, feat, extra)
 
     def _grow_dynamic(self, st: _State, pool: list[Candidate], feats: dict[int, torch.Tensor], drafted: list[int],
                       cfg: DecodeConfig) -> list[int]:
@@ -312,6 +340,7 @@ class Decoder:
         self.check_prompt(prompt_ids, cfg)
         gen = torch.Generator(device=self.device).manual_seed(cfg.seed)
         st, rec = self.prefill(prompt_ids, cfg, gen)
+        st.draft = self.draft_rows(cfg.draft_tokens)
         yield rec
         step = 0
         done = rec.bonus_token in self.eos or st.produced >= cfg.max_new_tokens

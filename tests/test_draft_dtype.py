@@ -27,7 +27,7 @@ def test_a_bfloat16_draft_keeps_the_output_and_the_targets_embedding():
     assert target.get_output_embeddings().weight.dtype == torch.float32
     assert head.rotary.inv_freq.dtype == torch.float32
     fp32, bf16 = Decoder(target, ref_head, CharTokenizer()), Decoder(target, head, CharTokenizer())
-    assert bf16.head_dtype == torch.bfloat16 and bf16.draft_w.dtype == torch.bfloat16
+    assert bf16.head_dtype == torch.bfloat16 and bf16.draft_rows().w.dtype == torch.bfloat16
     plain, _ = _tokens(fp32, DecodeConfig(method="vanilla", max_new_tokens=30))
     for method in ("eagle2", "eagle1"):
         cfg = DecodeConfig(method=method, max_new_tokens=30, total_tokens=12, depth=4)

@@ -163,6 +163,15 @@ def test_reduced_draft_vocabulary_stays_lossless(tiny):
     assert tokens(recs) == reference(target, PROMPT, 30)
     drafted = {n.token for r in recs[1:] for n in r.nodes[1:]}
     assert drafted and drafted <= {0, 2, 4, 6, 8, 10}
+    for method in ("eagle2", "eagle1"):  # draft_tokens: only the vocabulary's first tokens, still lossless
+        recs = list(dec.run(PROMPT, DecodeConfig(method=method, max_new_tokens=30, top_k=4, total_tokens=10,
+                                                 draft_tokens=4)))
+        assert tokens(recs) == reference(target, PROMPT, 30)
+        drafted = {n.token for r in recs[1:] for n in r.nodes[1:]}
+        assert drafted and drafted <= {0, 2, 4, 6}
+    assert dec.draft_rows(4).w.shape[0] == 4 and dec.draft_rows(99) is dec.draft_rows(0)  # 0 or too many: all
+    with pytest.raises(ValueError, match="draft_tokens=3"):
+        DecodeConfig(method="eagle2", top_k=4, draft_tokens=3)
 
 
 def test_prompt_longer_than_context_is_refused_with_the_limit(tiny):

@@ -27,7 +27,7 @@ def test_packed_linears_give_the_same_products_and_the_same_greedy_text():
         after = target(x).logits
     torch.testing.assert_close(after, before, atol=1e-5, rtol=1e-5)
     dec = Decoder(target, head, CharTokenizer())
-    assert dec.draft_packed is not None  # the draft's rows are packed too
+    assert dec.draft_rows().packed is not None  # the draft's rows are packed too
     plain = [t for r in dec.run([1, 2, 3], DecodeConfig(method="vanilla", max_new_tokens=30)) for t in r.new_tokens]
     for method in ("eagle2", "eagle1"):
         out = [t for r in dec.run([1, 2, 3], DecodeConfig(method=method, max_new_tokens=30)) for t in r.new_tokens]
