@@ -39,6 +39,27 @@ def truncate(cache: DynamicCache, length: int) -> None:
 
 
 @dataclass
+class _DraftRows:
+    """The lm_head rows the draft scores: vocabulary ids (None = all), their column of each id, weight, packing."""
+    ids: torch.Tensor | None
+    col: dict[int, int]
+    w: torch.Tensor
+    packed: torch.Tensor | None
+
+    def topk(self, logp: torch.Tensor, k: int) -> tuple[list, list]:
+        """Top-k draft tokens (vocabulary ids) and log-probs, as Python lists: one host transfer."""
+        lp, idx = logp.topk(k, dim=-1)
+        if self.ids is not None:
+            idx = self.ids[idx]
+        return lp.tolist(), idx.tolist()
+
+    def logp_of(self, logp_row: torch.Tensor, token: int) -> float:
+        """The draft's log-probability of a vocabulary token (floored; outside a reduced vocabulary it is 0)."""
+        col = self.col.get(token) if self.ids is not None else token
+        return LOG_FLOOR if col is None else max(float(logp_row[col]), LOG_FLOOR)
+
+
+@dataclass
 class _State:
     target_cache: DynamicCache
     head_cache: DynamicCache
@@ -48,16 +69,8 @@ class _State:
     root: int                   # last committed token, not yet in the target cache
     history: list[int]          # prompt and every committed token, root last (for prompt lookup)
     produced: int = 0
-    draft: "_DraftRows | None" = None  # the lm_head rows this run's draft scores
+    draft: _DraftRows | None = None  # the lm_head rows this run's draft scores
 
-
-@dataclass
-class _DraftRows:
-    """The lm_head rows the draft scores: vocabulary ids (None = all), their column of each id, weight, packing."""
-    ids: torch.Tensor | None
-    col: dict[int, int]
-    w: torch.Tensor
-    packed: torch.Tensor | None
 
 
 def encode_prompt(tokenizer, text: str, raw: bool = False) -> list[int]:
@@ -99,11 +112,14 @@ class Decoder:
         """The rows for a draft over the first `n` tokens of the head's draft vocabulary (0 or more than it has:
         all of it; a head without one drafts over the first `n` of the full vocabulary), gathered, cast and (with
         oneDNN kernels, eagle2/kernels.py) packed on first use and kept."""
-        size = self.lm_head.weight.shape[0] if self.draft_ids is None else len(self.draft_ids)
+        full = self.lm_head.weight.shape[0]
+        size = full if self.draft_ids is None else len(self.draft_ids)
         n = size if n <= 0 or n >= size else n
         if n not in self._rows:
-            ids = None if n == self.lm_head.weight.shape[0] and self.draft_ids is None else (
-                torch.arange(n, device=self.device) if self.draft_ids is None else self.draft_ids[:n])
+            if self.draft_ids is not None:
+                ids = self.draft_ids[:n]
+            else:
+                ids = torch.arange(n, device=self.device) if n < full else None
             w = self.lm_head.weight if ids is None else self.lm_head.weight.index_select(0, ids)
             w = w.to(self.head_dtype)  # (M, H)
             col = {} if ids is None else {t: j for j, t in enumerate(ids.tolist())}
@@ -143,19 +159,10 @@ class Decoder:
         mask = additive_mask(visible, st.head_len, self.head_dtype).to(self.device)
         out = self.head(torch.tensor([tokens], device=self.device), feats, mask,
                         torch.tensor([positions], device=self.device), st.head_cache)[0]  # (Q, H)
-        out = out[-1:] if last else out
-        rows = st.draft
-        logits = (torch.nn.functional.linear(out, rows.w) if rows.packed is None
-                  else kernels.packed_linear(out, rows.packed, None))
+        scored, rows = (out[-1:] if last else out), st.draft
+        logits = (torch.nn.functional.linear(scored, rows.w) if rows.packed is None
+                  else kernels.packed_linear(scored, rows.packed, None))
         return torch.log_softmax(logits.float(), dim=-1), out
-
-    @staticmethod
-    def _draft_topk(st: _State, logp: torch.Tensor, k: int) -> tuple[list, list]:
-        """Top-k draft tokens (vocabulary ids) and log-probs, as Python lists: one host transfer."""
-        lp, idx = logp.topk(k, dim=-1)
-        if st.draft.ids is not None:
-            idx = st.draft.ids[idx]
-        return lp.tolist(), idx.tolist()
 
     def _catch_up(self, st: _State) -> tuple[torch.Tensor, torch.Tensor]:
         """Feed the head the pairs committed since last step; returns the root's draft log-probs and feature."""
@@ -165,12 +172,6 @@ class Decoder:
                                     list(range(st.head_len, st.head_len + t)), last=True)
         st.head_len += t
         return logp[-1], out[-1]
-
-    @staticmethod
-    def _draft_logp(st: _State, logp_row: torch.Tensor, token: int) -> float:
-        """The draft's log-probability of a vocabulary token (floored; outside a reduced vocabulary it is 0)."""
-        col = st.draft.col.get(token) if st.draft.ids is not None else token
-        return LOG_FLOOR if col is None else max(float(logp_row[col]), LOG_FLOOR)
 
     def _add_children(self, st: _State, pool: list[Candidate], feats: dict[int, torch.Tensor], n: int,
                       logp_row: torch.Tensor,
@@ -183,7 +184,7 @@ class Decoder:
                                   source="both" if tok == extra else "draft"))
             new.append(len(pool) - 1)
         if extra is not None and extra not in top_tok:
-            lp = self._draft_logp(st, logp_row, extra)
+            lp = st.draft.logp_of(logp_row, extra)
             pool.append(Candidate(parent=n, token=extra, depth=depth, rank=len(top_tok), logp=lp, score=base + lp,
                                   source="lookup"))
             new.append(len(pool) - 1)
@@ -207,7 +208,7 @@ class Decoder:
         logp, out = self._head_step(st, [pool[n].token for n in nodes], torch.stack([feats[n] for n in nodes])[None],
                                     visible, [st.head_len - 1 + depth] * len(nodes))
         drafted.extend(nodes)
-        top_lp, top_tok = self._draft_topk(st, logp, k)  # (Q, k) each
+        top_lp, top_tok = st.draft.topk(logp, k)  # (Q, k) each
         new = []
         for q, n in enumerate(nodes):
             new += self._add_children(st, pool, feats, n, logp[q], top_lp[q], top_tok[q], out[q],
@@ -216,7 +217,7 @@ class Decoder:
 
     def _root_children(self, st, pool, feats, k, extra: int | None = None) -> list[int]:
         logp, feat = self._catch_up(st)
-        lp, tok = self._draft_topk(st, logp, k)
+        lp, tok = st.draft.topk(logp, k)
         return self._add_children(st, pool, feats, 0, logp, lp, tok, feat, extra)
 
     def _grow_dynamic(self, st: _State, pool: list[Candidate], feats: dict[int, torch.Tensor], drafted: list[int],
