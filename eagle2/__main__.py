@@ -30,17 +30,22 @@ def wants_tuning(args: argparse.Namespace, methods: list[str]) -> bool:
 
 def resolve_auto(args: argparse.Namespace, bundle) -> None:
     """Tune EAGLE-2's nodes and depth, or its per-step floors, on this machine (a warm-up on the shipped tuning
-    prompts, about a minute on 2 CPU cores) and put the choice into args."""
+    prompts, a minute or two on 2 CPU cores) and put the choice into args. Without --draft-tokens it also
+    chooses between the head's whole draft vocabulary and its first NARROW_DRAFT tokens."""
     from .api import decoder_for
-    from .autotune import describe, tune, warmup_texts
+    from .autotune import NARROW_DRAFT, describe, tune, warmup_texts
     from .engine import encode_prompt
 
-    base = DecodeConfig(top_k=args.top_k, max_new_tokens=args.max_new_tokens, draft_tokens=args.draft_tokens)
+    dec = decoder_for(bundle)
+    vocab = (0, NARROW_DRAFT) if dec.draft_ids is not None and len(dec.draft_ids) > NARROW_DRAFT else (0,)
+    base = DecodeConfig(top_k=args.top_k, max_new_tokens=args.max_new_tokens)
     prompts = [encode_prompt(bundle.tokenizer, t) for t in warmup_texts()]
-    best, options = tune(decoder_for(bundle), prompts, base, progress=lambda m: print(m, file=sys.stderr))
+    best, options = tune(dec, prompts, base, progress=lambda m: print(m, file=sys.stderr),
+                         draft_tokens=vocab if args.draft_tokens is None else (args.draft_tokens,))
     print(describe(best, options), file=sys.stderr)
     args.total_tokens, args.depth = best.total_tokens, best.depth
     args.min_prob, args.expand_prob = best.min_prob, best.expand_prob
+    args.tuned_draft_tokens = best.draft_tokens
     args.tuned = [o.to_dict() for o in options]
 
 
@@ -58,9 +63,10 @@ def _decode_args(p: argparse.ArgumentParser) -> None:
                         "at least this (0: no floor; --total-tokens stays the cap)")
     p.add_argument("--expand-prob", type=float, default=DecodeConfig.expand_prob,
                    help="EAGLE-2: draft children only of nodes at least this probable (0: no floor)")
-    p.add_argument("--draft-tokens", type=int, default=DecodeConfig.draft_tokens,
+    p.add_argument("--draft-tokens", type=int, default=None,
                    help="score only the first N tokens of the head's draft vocabulary (most frequent first; 0: all): "
-                        "a cheaper draft level, fewer tokens the draft can propose; the output is the same")
+                        "a cheaper draft level, fewer tokens the draft can propose; the output is the same. "
+                        "Default: all, except that --total-tokens auto chooses for EAGLE-2 between all and 8192")
     p.add_argument("--lookup-tokens", type=int, default=DecodeConfig.lookup_tokens,
                    help="longest prompt-lookup branch (with --lookup or method eagle2_lookup)")
     p.add_argument("--tree", default="mc_sim_7b_63", help="static tree preset name or JSON list of paths")
@@ -76,15 +82,19 @@ def _decode_args(p: argparse.ArgumentParser) -> None:
 
 
 def config_from(args: argparse.Namespace, method: str) -> DecodeConfig:
-    """Settings from the command line; method `eagle2_lookup` is EAGLE-2 with the prompt-lookup branch."""
+    """Settings from the command line; method `eagle2_lookup` is EAGLE-2 with the prompt-lookup branch. A draft
+    vocabulary the tuner chose (`resolve_auto`) applies to EAGLE-2 only, the method it was tuned for."""
     tree = parse_tree(args.tree, max(args.top_k, 20))
     lookup = method == "eagle2_lookup" or bool(getattr(args, "lookup", False))
+    draft_tokens = getattr(args, "draft_tokens", None)
+    if draft_tokens is None:
+        draft_tokens = getattr(args, "tuned_draft_tokens", 0) if method in ("eagle2", "eagle2_lookup") else 0
     return DecodeConfig(method="eagle2" if method == "eagle2_lookup" else method, max_new_tokens=args.max_new_tokens,
                         temperature=args.temperature, top_p=args.top_p, seed=args.seed,
                         total_tokens=args.total_tokens, depth=args.depth, top_k=args.top_k, tree=tree,
                         lookup=lookup and method in ("eagle2", "eagle2_lookup"), lookup_tokens=args.lookup_tokens,
                         min_prob=args.min_prob, expand_prob=args.expand_prob,
-                        draft_tokens=getattr(args, "draft_tokens", 0))
+                        draft_tokens=draft_tokens)
 
 
 def cmd_generate(args: argparse.Namespace) -> None:

@@ -36,6 +36,9 @@ FLOOR_DEPTHS = (4, 6, 7)
 MIN_PROBS = (0.02, 0.03, 0.05, 0.08, 0.12)
 EXPAND_TIMES = (2, 3, 4)  # the expand floor as a multiple of the keep floor
 WARMUP_TOKENS = 32  # new tokens per warm-up prompt
+# A narrower draft vocabulary the tuner also tries (DecodeConfig.draft_tokens) where the head's is larger: each
+# draft level then reads a third of the lm_head rows, at the cost of the rarer tokens the draft can propose.
+NARROW_DRAFT = 8192
 MARGIN = 0.03  # prefer the fewest nodes predicted within this share of the fastest (see `choose`)
 VERIFY_CONTEXT = 192  # tokens in the cache while verify is timed: a prompt plus half of a 128-token answer
 
@@ -52,6 +55,7 @@ class Option:
     min_prob: float = 0.0
     expand_prob: float = 0.0
     nodes: float = 0.0
+    draft_tokens: int = 0  # the draft vocabulary it was measured with (DecodeConfig.draft_tokens; 0: all)
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -100,19 +104,37 @@ def _timed_steps(dec: Decoder, ids: list[int], cfg: DecodeConfig) -> list[tuple[
 
 
 def tune(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes=None, depths=None,
-         max_new_tokens: int | None = None, progress=None, sized: bool = True) -> tuple[Option, list[Option]]:
+         max_new_tokens: int | None = None, progress=None, sized: bool = True,
+         draft_tokens: tuple[int, ...] | None = None) -> tuple[Option, list[Option]]:
     """Warm up on `prompts` with the largest tree, time each depth's drafting and each size's verify, and
     return the chosen option (`choose`) and every option considered (fastest first): fixed sizes and depths,
-    and (`sized`) trees sized per step by confidence (`floor_options`)."""
+    and (`sized`) trees sized per step by confidence (`floor_options`).
+    `draft_tokens`: draft vocabularies to try (DecodeConfig.draft_tokens; default: the base's). Each is warmed
+    up and timed on its own, since a narrower one drafts cheaper levels but can propose fewer tokens; the
+    winner is the vocabulary whose chosen option is predicted fastest."""
     say = progress or (lambda _msg: None)
     sizes, depths = sizes or SIZES, depths or DEPTHS
-    max_new_tokens = max_new_tokens or WARMUP_TOKENS
-    big = replace(base, method="eagle2", temperature=0.0, lookup=False, min_prob=0.0, expand_prob=0.0,
-                  total_tokens=max(sizes), depth=max(depths),
-                  max_new_tokens=max_new_tokens)
+    say("tuning: timing verify at " + ", ".join(map(str, sizes)) + " nodes")
+    verify = time_verify(dec, prompts[0], tuple(sorted({1, *sizes})))
+    by_vocab = {}
+    for v in draft_tokens or (base.draft_tokens,):
+        big = replace(base, method="eagle2", temperature=0.0, lookup=False, min_prob=0.0, expand_prob=0.0,
+                      total_tokens=max(sizes), depth=max(depths), draft_tokens=v,
+                      max_new_tokens=max_new_tokens or WARMUP_TOKENS)
+        by_vocab[v] = _options(dec, prompts, big, sizes, depths, verify, sized, say)
+    best = max((choose(opts) for opts in by_vocab.values()), key=lambda o: o.tokens_per_s)
+    options = sorted((o for opts in by_vocab.values() for o in opts), key=lambda o: -o.tokens_per_s)
+    return best, options
+
+
+def _options(dec: Decoder, prompts: list[list[int]], big: DecodeConfig, sizes, depths, verify: dict[int, float],
+             sized: bool, say) -> list[Option]:
+    """Every option for one draft vocabulary (`big.draft_tokens`), fastest first: replayed on warm-up decodes
+    with the largest tree, priced with `verify` and the drafting timed here at each depth."""
+    vocab = f", {big.draft_tokens} draft tokens" if big.draft_tokens else ""
     runs: list[list[StepRecord]] = []
     for i, ids in enumerate(prompts):
-        say(f"tuning: warm-up decode {i + 1}/{len(prompts)} ({big.total_tokens} nodes, depth {big.depth})")
+        say(f"tuning: warm-up decode {i + 1}/{len(prompts)} ({big.total_tokens} nodes, depth {big.depth}{vocab})")
         runs.append([r for r, _ in _timed_steps(dec, ids, big)])
     # ms of a step outside verify at each depth: drafting, commit, building the record. Timed with every
     # level fully drafted: the early cut (`rerank.cutoff`) drafts less the fewer nodes are kept, so timing it
@@ -121,19 +143,18 @@ def tune(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes=None,
     try:
         dec.prune = False
         for d in depths:
-            say(f"tuning: timing drafting at depth {d}")
+            say(f"tuning: timing drafting at depth {d}{vocab}")
             steps = _timed_steps(dec, prompts[0], replace(big, depth=d, total_tokens=min(sizes), max_new_tokens=24))
             rest[d] = statistics.median(ms - r.verify_ms for r, ms in steps)
     finally:
         dec.prune = prune
-    say("tuning: timing verify at " + ", ".join(map(str, sizes)) + " nodes")
-    verify = time_verify(dec, prompts[0], tuple(sorted({1, *sizes})))
     options = [Option(n, d, replay_runs(runs, n, d), rest[d] + verify[n]) for n in sizes for d in depths]
     if sized:
         options += floor_options(runs, verify, rest, [n for n in FLOOR_CAPS if n <= max(sizes)],
                                  [d for d in FLOOR_DEPTHS if d in rest])
+    options = [replace(o, draft_tokens=big.draft_tokens) for o in options]
     options.sort(key=lambda o: -o.tokens_per_s)
-    return choose(options), options
+    return options
 
 
 def _interpolate(ms: dict[int, float], n: int) -> float:
@@ -199,11 +220,12 @@ def warmup_texts(n: int | None = None) -> list[str]:
 
 
 def label(o: Option) -> str:
-    """An option in words: its size and depth, or its caps and floors."""
+    """An option in words: its size and depth, or its caps and floors (and a narrowed draft vocabulary)."""
+    vocab = f", drafting over {o.draft_tokens:,} tokens" if o.draft_tokens else ""
     if not o.min_prob:
-        return f"{o.total_tokens} nodes, depth {o.depth}"
+        return f"{o.total_tokens} nodes, depth {o.depth}{vocab}"
     return (f"nodes above {o.min_prob:g} (up to {o.total_tokens}, {o.nodes:.1f} a step), expanded above "
-            f"{o.expand_prob:g}, depth up to {o.depth}")
+            f"{o.expand_prob:g}, depth up to {o.depth}{vocab}")
 
 
 def describe(best: Option, options: list[Option], top: int = 6) -> str:

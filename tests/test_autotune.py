@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from eagle2.api import decoder_for
-from eagle2.autotune import EXPAND_TIMES, MARGIN, MIN_PROBS, Option, choose, time_verify, tune, warmup_texts
+from eagle2.autotune import EXPAND_TIMES, MARGIN, MIN_PROBS, Option, choose, label, time_verify, tune, warmup_texts
 from eagle2.replay import accept_with_floors, replay_runs, replay_tau
 from eagle2.config import DecodeConfig
 from eagle2.engine import Decoder, encode_prompt
@@ -135,3 +135,14 @@ def test_tune_measures_every_option_and_chooses_among_them(tiny):
     assert [o.tokens_per_s for o in options] == sorted((o.tokens_per_s for o in options), reverse=True)
     cost = time_verify(dec, PROMPTS[0], (2, 8))
     assert set(cost) == {2, 8} and all(v > 0 for v in cost.values())
+
+
+def test_tune_tries_each_draft_vocabulary_and_keeps_the_fastest(tiny):
+    dec = _decoder(tiny)
+    best, options = tune(dec, PROMPTS[:2], DecodeConfig(top_k=4), sizes=(2, 4), depths=(1, 3), max_new_tokens=8,
+                         sized=False, draft_tokens=(0, 6))
+    per_vocab = {v: [o for o in options if o.draft_tokens == v] for v in (0, 6)}
+    assert len(per_vocab[0]) == len(per_vocab[6]) == 4 and len(options) == 8  # each vocabulary measured on its own
+    assert best == max((choose(o) for o in per_vocab.values()), key=lambda o: o.tokens_per_s)
+    assert "drafting over 6 tokens" in label(replace(best, draft_tokens=6))
+    assert "drafting" not in label(replace(best, draft_tokens=0))

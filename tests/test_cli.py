@@ -87,13 +87,16 @@ def test_bench_total_tokens_auto_tunes_then_measures(tmp_path, capsys, monkeypat
     res = json.loads(out.read_text())
     chosen = res["settings"]
     assert isinstance(chosen["total_tokens"], int) and isinstance(chosen["depth"], int)
-    # sizes x depths, and floors at caps 8 and 16 (up to the largest size) at depth 4 (the only one timed)
-    assert len(chosen["tuned"]) == 6 + 2 * 2
-    fields = ("total_tokens", "depth", "tau", "step_ms", "min_prob", "expand_prob", "nodes")
-    best = autotune.choose([autotune.Option(**{k: o[k] for k in fields})
-                            for o in chosen["tuned"]])  # the tuner's own rule over the options it reported
-    assert ((best.total_tokens, best.depth, best.min_prob, best.expand_prob)
-            == (chosen["total_tokens"], chosen["depth"], chosen["min_prob"], chosen["expand_prob"]))
+    # sizes x depths, and floors at caps 8 and 16 (up to the largest size) at depth 4 (the only one timed), for
+    # each draft vocabulary: the head's 24,576 tokens (0: all) and its first 8,192
+    assert len(chosen["tuned"]) == 2 * (6 + 2 * 2)
+    fields = ("total_tokens", "depth", "tau", "step_ms", "min_prob", "expand_prob", "nodes", "draft_tokens")
+    options = [autotune.Option(**{k: o[k] for k in fields}) for o in chosen["tuned"]]
+    best = max((autotune.choose([o for o in options if o.draft_tokens == v]) for v in (0, autotune.NARROW_DRAFT)),
+               key=lambda o: o.tokens_per_s)  # the tuner's own rule over the options it reported
+    assert ((best.total_tokens, best.depth, best.min_prob, best.expand_prob, best.draft_tokens)
+            == (chosen["total_tokens"], chosen["depth"], chosen["min_prob"], chosen["expand_prob"],
+                chosen["tuned_draft_tokens"]))
     assert res["methods"]["eagle2"]["matches_vanilla"] == 1.0
     assert "tuned for this machine" in capsys.readouterr().err
     assert main(["bench", "--prompts", str(prompts), "--methods", "vanilla,eagle1", "--max-new-tokens", "4",
@@ -114,3 +117,19 @@ def test_train_rejects_a_soft_label_temperature_that_is_not_above_zero(capsys):
         with pytest.raises(SystemExit):
             main(["train", "fit", "--data", "x", "--out", "y", "--ce-temperature", bad])
         assert "--ce-temperature" in capsys.readouterr().err
+
+
+def test_a_tuned_draft_vocabulary_applies_to_eagle2_only():
+    import argparse
+
+    from eagle2.__main__ import _decode_args, config_from
+
+    p = argparse.ArgumentParser()
+    _decode_args(p)
+    args = p.parse_args([])
+    assert args.draft_tokens is None and config_from(args, "eagle2").draft_tokens == 0  # default: all
+    args.tuned_draft_tokens = 8192
+    assert [config_from(args, m).draft_tokens for m in ("eagle2", "eagle2_lookup", "eagle1")] == [8192, 8192, 0]
+    args = p.parse_args(["--draft-tokens", "4096"])
+    args.tuned_draft_tokens = 8192  # (not set by the tuner when asked for one; an explicit choice wins anyway)
+    assert [config_from(args, m).draft_tokens for m in ("eagle2", "eagle1")] == [4096, 4096]
