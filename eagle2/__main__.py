@@ -85,14 +85,15 @@ def config_from(args: argparse.Namespace, method: str) -> DecodeConfig:
     """Settings from the command line; method `eagle2_lookup` is EAGLE-2 with the prompt-lookup branch. A draft
     vocabulary the tuner chose (`resolve_auto`) applies to EAGLE-2 only, the method it was tuned for."""
     tree = parse_tree(args.tree, max(args.top_k, 20))
+    eagle2 = method in ("eagle2", "eagle2_lookup")
     lookup = method == "eagle2_lookup" or bool(getattr(args, "lookup", False))
     draft_tokens = getattr(args, "draft_tokens", None)
     if draft_tokens is None:
-        draft_tokens = getattr(args, "tuned_draft_tokens", 0) if method in ("eagle2", "eagle2_lookup") else 0
-    return DecodeConfig(method="eagle2" if method == "eagle2_lookup" else method, max_new_tokens=args.max_new_tokens,
+        draft_tokens = getattr(args, "tuned_draft_tokens", 0) if eagle2 else 0
+    return DecodeConfig(method="eagle2" if eagle2 else method, max_new_tokens=args.max_new_tokens,
                         temperature=args.temperature, top_p=args.top_p, seed=args.seed,
                         total_tokens=args.total_tokens, depth=args.depth, top_k=args.top_k, tree=tree,
-                        lookup=lookup and method in ("eagle2", "eagle2_lookup"), lookup_tokens=args.lookup_tokens,
+                        lookup=lookup and eagle2, lookup_tokens=args.lookup_tokens,
                         min_prob=args.min_prob, expand_prob=args.expand_prob,
                         draft_tokens=draft_tokens)
 
