@@ -6,16 +6,26 @@ see README (How it works) for the measured times. The result is the same float32
 order, as with any other kernel. Every user of the patched model (our methods and transformers' own
 `generate` in the bench) runs the same kernels, so comparisons stay fair.
 
+Which kernel is faster depends on the CPU and the row count: on an Intel Xeon with AMX, PyTorch's own kernel
+streams the weights faster for one to three rows (a one-token forward of the embedded model: 40 ms against
+46), oneDNN's packed one from four rows on; on an AMD EPYC oneDNN won from one row. So `use_onednn` times
+both over the model's own layers at load (`stock_rows`) and keeps PyTorch's kernel for inputs up to the
+last row count where it was faster: one-token decoding (transformers' `generate` included) never runs
+the slower kernel.
+
 Only inference is patched: when autograd is recording, the original `nn.Linear.forward` runs.
 """
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import torch
 
 ROWS_HINT = 32  # oneDNN picks its blocked layout for about this many rows; any row count works
+CALIBRATE_ROWS = (1, 2, 3, 4, 6, 8)  # row counts `stock_rows` times, in order, stopping at the first oneDNN win
+MARGIN = 0.05  # PyTorch's kernel is kept only where it was at least this much faster
 
 
 def supports(dtype: torch.dtype, device: str = "cpu") -> bool:
@@ -48,11 +58,43 @@ def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | No
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
-def _patched(module: torch.nn.Linear, packed: torch.Tensor):
+def _best_ms(f: Callable[[], object], reps: int) -> float:
+    f()  # warm: the first pass may allocate or page in
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - t)
+    return best * 1e3
+
+
+def stock_rows(layers: list[torch.nn.Linear], packed: list[torch.Tensor], rows=CALIBRATE_ROWS, reps: int = 3) -> int:
+    """The largest row count up to which PyTorch's own kernel beat the packed one (by MARGIN) at every
+    count timed; 0 when oneDNN won at one row. Each timing is one pass over all `layers`, streaming their
+    weights as a forward does, so memory traffic counts as it does in decoding. Takes about a second for
+    the embedded model; a wrong answer costs only speed (both kernels give the same products)."""
+    best = 0
+    with torch.inference_mode():
+        for r in rows:
+            xs = {m.in_features: torch.randn(r, m.in_features, dtype=m.weight.dtype, device=m.weight.device)
+                  for m in layers}
+            own = _best_ms(lambda: [torch.nn.functional.linear(xs[m.in_features], m.weight, m.bias)
+                                    for m in layers], reps)
+            fast = _best_ms(lambda: [packed_linear(xs[m.in_features], p, m.bias)
+                                     for m, p in zip(layers, packed)], reps)
+            if own * (1 + MARGIN) > fast:
+                break
+            best = r
+    return best
+
+
+def _patched(module: torch.nn.Linear, packed: torch.Tensor, few: int):
     original = module.forward
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() and (x.requires_grad or module.weight.requires_grad):
+            return original(x)
+        if x.numel() <= few * x.shape[-1]:  # at most `few` rows: PyTorch's kernel was faster here
             return original(x)
         return packed_linear(x, packed, module.bias)
 
@@ -65,14 +107,20 @@ def patched(module: torch.nn.Module) -> bool:
     return hasattr(module.forward, "eagle2_original")
 
 
-def use_onednn(model: torch.nn.Module) -> int:
+def use_onednn(model: torch.nn.Module, few_rows: int | None = None) -> int:
     """Route every float32 (or native bfloat16) CPU nn.Linear of `model` through a prepacked oneDNN kernel; returns how many.
-    All weights are packed before any layer is switched, so a failure (a RuntimeError from oneDNN) leaves
-    the model untouched. Packing keeps a second copy of each weight. Calling twice is harmless."""
+    Inputs of at most `few_rows` rows keep PyTorch's kernel (None: `stock_rows` measures it on these layers;
+    stored as `model.eagle2_stock_rows`). All weights are packed before any layer is switched, so a failure
+    (a RuntimeError from oneDNN) leaves the model untouched. Packing keeps a second copy of each weight.
+    Calling twice is harmless."""
     todo = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and available(m.weight) and not patched(m)]
     packed = [pack(m.weight) for m in todo]
+    if not todo:
+        return 0
+    few = stock_rows(todo, packed) if few_rows is None else few_rows
     for m, p in zip(todo, packed):
-        m.forward = _patched(m, p)
+        m.forward = _patched(m, p, few)
+    model.eagle2_stock_rows = few
     return len(todo)
 
 

@@ -77,3 +77,35 @@ def test_a_packing_failure_leaves_the_model_on_its_own_kernels(monkeypatch):
     assert not any(kernels.patched(m) for m in target.modules())
     with torch.inference_mode():
         assert torch.equal(target(x).logits, before)
+
+
+def test_few_rows_keep_pytorchs_kernel_and_more_rows_run_the_packed_one(monkeypatch):
+    lin = torch.nn.Linear(16, 8)
+    assert kernels.use_onednn(lin, few_rows=2) == 1 and lin.eagle2_stock_rows == 2
+    used = []
+    real = kernels.packed_linear
+    monkeypatch.setattr(kernels, "packed_linear", lambda *a: used.append(a[0].shape) or real(*a))
+    with torch.inference_mode():
+        for rows in (1, 2, 3, 5):
+            x = torch.randn(1, rows, 16)
+            torch.testing.assert_close(lin(x), x @ lin.weight.T + lin.bias, atol=1e-6, rtol=1e-6)
+    assert used == [(1, 3, 16), (1, 5, 16)]  # one and two rows ran PyTorch's own kernel
+
+
+def test_stock_rows_keeps_pytorchs_kernel_only_up_to_its_first_loss(monkeypatch):
+    layers = [torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)]
+    packed = [kernels.pack(m.weight) for m in layers]
+    # timings in call order: (PyTorch's, packed) for 1, 2, 3, ... rows
+    script = iter([10.0, 12.0,    # 1 row: PyTorch's 17% faster
+                   10.0, 11.0,    # 2 rows: 9% faster
+                   10.0, 10.2,    # 3 rows: within MARGIN: packed wins, timing stops here
+                   10.0, 20.0])   # (4 rows would favour PyTorch's again: never timed)
+    timed, real = [], kernels._best_ms
+    monkeypatch.setattr(kernels, "_best_ms", lambda f, reps: timed.append(f()) or next(script))
+    assert kernels.stock_rows(layers, packed) == 2
+    assert len(timed) == 6
+    script = iter([12.0, 10.0])  # the packed kernel wins at one row: it runs everything
+    assert kernels.stock_rows(layers, packed) == 0
+    monkeypatch.undo()
+    assert real(lambda: None, 2) >= 0.0
+    assert kernels.stock_rows(layers, packed) in (0, *kernels.CALIBRATE_ROWS)  # real timings: any answer is safe
