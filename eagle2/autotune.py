@@ -33,7 +33,7 @@ DEPTHS = (1, 2, 3, 4, 5, 6, 7)
 # Trees sized per step by confidence (DecodeConfig.min_prob / expand_prob), replayed at these caps and floors.
 FLOOR_CAPS = (8, 12, 16, 26)
 FLOOR_DEPTHS = (4, 6, 7)
-MIN_PROBS = (0.02, 0.03, 0.05, 0.08, 0.12)
+MIN_PROBS = (0.02, 0.03, 0.05, 0.08, 0.12, 0.16, 0.2, 0.25, 0.3)
 EXPAND_TIMES = (2, 3, 4)  # the expand floor as a multiple of the keep floor
 WARMUP_TOKENS = 32  # new tokens per warm-up prompt
 # A narrower draft vocabulary the tuner also tries (DecodeConfig.draft_tokens) where the head's is larger: each
