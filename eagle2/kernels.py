@@ -11,7 +11,10 @@ streams the weights faster for one to three rows (a one-token forward of the emb
 46), oneDNN's packed one from four rows on; on an AMD EPYC oneDNN won from one row. So `use_onednn` times
 both over the model's own layers at load (`stock_rows`) and keeps PyTorch's kernel for inputs up to the
 last row count where it was faster: one-token decoding (transformers' `generate` included) never runs
-the slower kernel.
+the slower kernel. Where our own row kernel builds (eagle2/rowkernel.py: AVX-512, float32), it is timed
+the same way against that choice (`own_rows`) and takes the row counts up to its first loss: on the Xeon
+it streams the weights as fast as PyTorch's kernel at one row and keeps 8 rows within a third more, where
+oneDNN's packed kernel costs three quarters more (scratch timing over the embedded model's layers).
 
 Only inference is patched: when autograd is recording, the original `nn.Linear.forward` runs.
 """
@@ -23,8 +26,11 @@ from collections.abc import Callable, Iterator
 
 import torch
 
+from . import rowkernel
+
 ROWS_HINT = 32  # oneDNN picks its blocked layout for about this many rows; any row count works
 CALIBRATE_ROWS = (1, 2, 3, 4, 6, 8)  # row counts `stock_rows` times, in order, stopping at the first oneDNN win
+OWN_ROWS = (1, 2, 3, 4, 6, 8, 12, 16)  # row counts `own_rows` times (up to rowkernel.MAX_ROWS)
 MARGIN = 0.05  # PyTorch's kernel is kept only where it was at least this much faster
 
 
@@ -88,13 +94,40 @@ def stock_rows(layers: list[torch.nn.Linear], packed: list[torch.Tensor], rows=C
     return best
 
 
-def _patched(module: torch.nn.Linear, packed: torch.Tensor, few: int):
+def own_rows(layers: list[torch.nn.Linear], packed: list[torch.Tensor], few: int, rows=OWN_ROWS,
+             reps: int = 3) -> int:
+    """The largest row count up to which our row kernel (eagle2/rowkernel.py) was at most MARGIN slower
+    than the kernel it would replace (PyTorch's up to `few` rows, the packed one beyond) at every count
+    timed; 0 when it lost at one row. Ties go to ours, whose rows do not depend on each other. Timed like
+    `stock_rows`, one pass over all `layers` per timing."""
+    best = 0
+    with torch.inference_mode():
+        for r in rows:
+            xs = {m.in_features: torch.randn(r, m.in_features, dtype=m.weight.dtype, device=m.weight.device)
+                  for m in layers}
+            ours = _best_ms(lambda: [rowkernel.linear(xs[m.in_features], m.weight, m.bias) for m in layers], reps)
+            if r <= few:
+                other = _best_ms(lambda: [torch.nn.functional.linear(xs[m.in_features], m.weight, m.bias)
+                                          for m in layers], reps)
+            else:
+                other = _best_ms(lambda: [packed_linear(xs[m.in_features], p, m.bias)
+                                          for m, p in zip(layers, packed)], reps)
+            if other * (1 + MARGIN) < ours:
+                break
+            best = r
+    return best
+
+
+def _patched(module: torch.nn.Linear, packed: torch.Tensor, few: int, own: int = 0):
     original = module.forward
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() and (x.requires_grad or module.weight.requires_grad):
             return original(x)
-        if x.numel() <= few * x.shape[-1]:  # at most `few` rows: PyTorch's kernel was faster here
+        n = x.numel()
+        if n <= own * x.shape[-1]:  # at most `own` rows: our row kernel was as fast or faster
+            return rowkernel.linear(x, module.weight, module.bias)
+        if n <= few * x.shape[-1]:  # at most `few` rows: PyTorch's kernel was faster here
             return original(x)
         return packed_linear(x, packed, module.bias)
 
@@ -107,10 +140,12 @@ def patched(module: torch.nn.Module) -> bool:
     return hasattr(module.forward, "eagle2_original")
 
 
-def use_onednn(model: torch.nn.Module, few_rows: int | None = None) -> int:
+def use_onednn(model: torch.nn.Module, few_rows: int | None = None, own: int | None = None) -> int:
     """Route every float32 (or native bfloat16) CPU nn.Linear of `model` through a prepacked oneDNN kernel; returns how many.
     Inputs of at most `few_rows` rows keep PyTorch's kernel (None: `stock_rows` measures it on these layers;
-    stored as `model.eagle2_stock_rows`). All weights are packed before any layer is switched, so a failure
+    stored as `model.eagle2_stock_rows`). Inputs of at most `own` rows run our row kernel where it builds
+    and every layer is float32 (None: `own_rows` measures it; 0: never; stored as `model.eagle2_own_rows`).
+    All weights are packed before any layer is switched, so a failure
     (a RuntimeError from oneDNN) leaves the model untouched. Packing keeps a second copy of each weight.
     Calling twice is harmless."""
     todo = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and available(m.weight) and not patched(m)]
@@ -118,9 +153,14 @@ def use_onednn(model: torch.nn.Module, few_rows: int | None = None) -> int:
     if not todo:
         return 0
     few = stock_rows(todo, packed) if few_rows is None else few_rows
+    if own != 0 and not all(rowkernel.usable(m.weight) for m in todo):
+        own = 0
+    if own is None:
+        own = own_rows(todo, packed, few)
+    own = min(own, rowkernel.MAX_ROWS)
     for m, p in zip(todo, packed):
-        m.forward = _patched(m, p, few)
-    model.eagle2_stock_rows = few
+        m.forward = _patched(m, p, few, own)
+    model.eagle2_stock_rows, model.eagle2_own_rows = few, own
     return len(todo)
 
 

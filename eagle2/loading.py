@@ -109,8 +109,12 @@ class Bundle:
         vocab = getattr(self.head, "draft_vocab", None)
         drafts = "" if vocab is None else f" (drafts over its {len(vocab):,} most frequent tokens)"
         draft = "" if self.draft_dtype == self.dtype else f", draft {str(self.draft_dtype).removeprefix('torch.')}"
-        few = getattr(self.target, "eagle2_stock_rows", 0) if self.kernels == "onednn" else 0
-        rows = f" (PyTorch's up to {few} row{'s' * (few > 1)})" if few else ""
+        on = self.kernels == "onednn"
+        few, own = (getattr(self.target, name, 0) if on else 0 for name in ("eagle2_stock_rows", "eagle2_own_rows"))
+        parts = [f"our row kernel up to {own} row{'s' * (own > 1)}"] if own else []
+        if few > own:
+            parts.append(f"PyTorch's up to {few} row{'s' * (few > 1)}")
+        rows = f" ({', '.join(parts)})" if parts else ""
         return (f"model {self.model_name} | head {self.head_name}{drafts} | "
                 f"{self.device.type} {str(self.dtype).removeprefix('torch.')}{draft} | {self.kernels} matmuls{rows}")
 

@@ -25,7 +25,7 @@ def test_packed_linears_give_the_same_products_and_the_same_greedy_text():
     kernels.use_onednn(head)
     with torch.inference_mode():
         after = target(x).logits
-    torch.testing.assert_close(after, before, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(after, before, atol=1e-4, rtol=1e-4)  # float32 sums in another order
     dec = Decoder(target, head, CharTokenizer())
     assert dec.draft_rows().packed is not None  # the draft's rows are packed too
     plain = [t for r in dec.run([1, 2, 3], DecodeConfig(method="vanilla", max_new_tokens=30)) for t in r.new_tokens]
@@ -81,7 +81,7 @@ def test_a_packing_failure_leaves_the_model_on_its_own_kernels(monkeypatch):
 
 def test_few_rows_keep_pytorchs_kernel_and_more_rows_run_the_packed_one(monkeypatch):
     lin = torch.nn.Linear(16, 8)
-    assert kernels.use_onednn(lin, few_rows=2) == 1 and lin.eagle2_stock_rows == 2
+    assert kernels.use_onednn(lin, few_rows=2, own=0) == 1 and lin.eagle2_stock_rows == 2
     used = []
     real = kernels.packed_linear
     monkeypatch.setattr(kernels, "packed_linear", lambda *a: used.append(a[0].shape) or real(*a))

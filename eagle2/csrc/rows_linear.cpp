@@ -1,0 +1,105 @@
+// y = x @ w.T (+ bias) in float32 for a few rows of x, reading the weights once (eagle2/rowkernel.py).
+//
+// Decoding and tree verification multiply a handful of rows by weights far larger than the caches, so
+// the time is the weight stream. Each block of NB weight rows is loaded once from memory (prefetched one
+// block ahead) and multiplied with every input row, GROUP rows at a time, while it sits in L1.
+// Every output element is the same sum in the same order whatever the row count (sixteen lanes of fused
+// multiply-adds over k, then one fixed lane reduction), so a row's result does not depend on which other
+// rows share the call: a verified tree row gets bit for bit what a one-row decoding step would.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+namespace {
+
+constexpr int NB = 4;     // weight rows per block
+constexpr int GROUP = 4;  // input rows multiplied per pass over a block
+
+template <int G>
+inline void pass(const float* x, const float* w, float* y, int64_t N, int64_t K, int64_t n, bool prefetch) {
+  __m512 acc[NB][G];
+  for (int b = 0; b < NB; ++b)
+    for (int m = 0; m < G; ++m) acc[b][m] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
+    __m512 wv[NB];
+    for (int b = 0; b < NB; ++b) wv[b] = _mm512_loadu_ps(w + b * K + k);
+    if (prefetch)  // the next block, at the same offset: NB * K floats ahead
+      for (int b = 0; b < NB; ++b) _mm_prefetch(reinterpret_cast<const char*>(w + (NB + b) * K + k), _MM_HINT_T0);
+    for (int m = 0; m < G; ++m) {
+      __m512 xv = _mm512_loadu_ps(x + m * K + k);
+      for (int b = 0; b < NB; ++b) acc[b][m] = _mm512_fmadd_ps(wv[b], xv, acc[b][m]);
+    }
+  }
+  if (k < K) {  // the last K % 16 columns, masked; zeros add nothing
+    const __mmask16 mask = static_cast<__mmask16>((1u << (K - k)) - 1);
+    __m512 wv[NB];
+    for (int b = 0; b < NB; ++b) wv[b] = _mm512_maskz_loadu_ps(mask, w + b * K + k);
+    for (int m = 0; m < G; ++m) {
+      __m512 xv = _mm512_maskz_loadu_ps(mask, x + m * K + k);
+      for (int b = 0; b < NB; ++b) acc[b][m] = _mm512_fmadd_ps(wv[b], xv, acc[b][m]);
+    }
+  }
+  for (int b = 0; b < NB; ++b)
+    for (int m = 0; m < G; ++m) y[m * N + n + b] = _mm512_reduce_add_ps(acc[b][m]);
+}
+
+// Output columns [n0, n1) (a multiple of NB) for all M rows.
+void columns(const float* x, const float* w, float* y, int64_t M, int64_t N, int64_t K, int64_t n0, int64_t n1) {
+  for (int64_t n = n0; n < n1; n += NB) {
+    const float* wn = w + n * K;
+    int64_t m = 0;
+    for (; m + GROUP <= M; m += GROUP) pass<GROUP>(x + m * K, wn, y + m * N, N, K, n, m == 0);
+    switch (M - m) {
+      case 1: pass<1>(x + m * K, wn, y + m * N, N, K, n, m == 0); break;
+      case 2: pass<2>(x + m * K, wn, y + m * N, N, K, n, m == 0); break;
+      case 3: pass<3>(x + m * K, wn, y + m * N, N, K, n, m == 0); break;
+      default: break;
+    }
+  }
+}
+
+// The last N % NB columns, one at a time (same per-element order as a full block).
+void tail(const float* x, const float* w, float* y, int64_t M, int64_t N, int64_t K, int64_t n0) {
+  for (int64_t n = n0; n < N; ++n)
+    for (int64_t m = 0; m < M; ++m) {
+      const float* wn = w + n * K;
+      const float* xm = x + m * K;
+      __m512 acc = _mm512_setzero_ps();
+      int64_t k = 0;
+      for (; k + 16 <= K; k += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(wn + k), _mm512_loadu_ps(xm + k), acc);
+      if (k < K) {
+        const __mmask16 mask = static_cast<__mmask16>((1u << (K - k)) - 1);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, wn + k), _mm512_maskz_loadu_ps(mask, xm + k), acc);
+      }
+      y[m * N + n] = _mm512_reduce_add_ps(acc);
+    }
+}
+
+void run(const float* x, const float* w, float* y, int64_t M, int64_t N, int64_t K) {
+  const int64_t blocks = N / NB;
+  at::parallel_for(0, blocks, 16, [&](int64_t b0, int64_t b1) { columns(x, w, y, M, N, K, b0 * NB, b1 * NB); });
+  tail(x, w, y, M, N, K, blocks * NB);
+}
+
+}  // namespace
+
+// float32 x (any leading shape) times a float32 (N, K) weight.
+torch::Tensor rows_linear(const torch::Tensor& x, const torch::Tensor& w, const c10::optional<torch::Tensor>& bias) {
+  TORCH_CHECK(x.scalar_type() == torch::kFloat && w.scalar_type() == torch::kFloat, "float32 only");
+  TORCH_CHECK(x.device().is_cpu() && w.device().is_cpu() && w.dim() == 2 && w.is_contiguous(), "contiguous CPU weight");
+  const int64_t K = w.size(1), N = w.size(0);
+  TORCH_CHECK(x.size(-1) == K, "x has ", x.size(-1), " features, the weight ", K);
+  auto x2 = x.reshape({-1, K}).contiguous();
+  const int64_t M = x2.size(0);
+  auto y = torch::empty({M, N}, x.options());
+  run(x2.data_ptr<float>(), w.data_ptr<float>(), y.data_ptr<float>(), M, N, K);
+  if (bias.has_value() && bias->defined()) y.add_(*bias);
+  auto shape = x.sizes().vec();
+  shape.back() = N;
+  return y.view(shape);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("rows_linear", &rows_linear, "float32 x @ w.T (+ bias) for a few rows; rows independent");
+}

@@ -1,0 +1,98 @@
+"""Our row kernel (eagle2/rowkernel.py): the float32 product, rows independent of each other, and the
+dispatch `kernels.use_onednn` builds around it."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eagle2 import kernels, rowkernel
+from eagle2.config import DecodeConfig
+from eagle2.engine import Decoder
+from tests.conftest import CharTokenizer, tiny_target
+
+pytestmark = pytest.mark.skipif(rowkernel.why_not() is not None or not kernels.available(torch.zeros(1)),
+                                reason=f"row kernel not available here: {rowkernel.why_not()}")
+
+
+@pytest.fixture(scope="module")
+def built():
+    if rowkernel.load() is None:
+        pytest.fail(f"the row kernel should build on this machine: {rowkernel.failure()}")
+
+
+@pytest.mark.parametrize("n,k", [(8, 16), (13, 37), (1537, 576), (4, 1536)])
+def test_products_match_a_float64_reference(built, n, k):
+    g = torch.Generator().manual_seed(n * k)
+    w, b = torch.randn(n, k, generator=g), torch.randn(n, generator=g)
+    for rows in (1, 3, 4, 7, 16):
+        x = torch.randn(2, rows, k, generator=g)
+        ref = torch.nn.functional.linear(x.double(), w.double(), b.double())
+        got = rowkernel.linear(x, w, b)
+        assert got.shape == (2, rows, n) and got.dtype == torch.float32
+        torch.testing.assert_close(got.double(), ref, atol=1e-5 * k ** 0.5, rtol=1e-5)
+        torch.testing.assert_close(rowkernel.linear(x, w).double(), ref - b.double(), atol=1e-5 * k ** 0.5, rtol=1e-5)
+
+
+def test_a_row_gets_the_same_bits_whatever_rows_share_the_call(built):
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(1031, 200, generator=g)  # K and N off the kernel's block sizes: the tails count too
+    x = torch.randn(rowkernel.MAX_ROWS, 200, generator=g)
+    alone = torch.cat([rowkernel.linear(x[i:i + 1], w) for i in range(len(x))])
+    for rows in range(1, rowkernel.MAX_ROWS + 1):
+        assert torch.equal(rowkernel.linear(x[:rows], w), alone[:rows]), rows
+    # PyTorch's own and oneDNN's kernels make no such promise; the tree's rows rely on ours for it
+    shifted = torch.cat([x[5:], x[:5]])
+    assert torch.equal(rowkernel.linear(shifted, w)[-5:], alone[:5])
+
+
+def test_dispatch_by_rows_and_the_same_greedy_text(built, monkeypatch):
+    target = tiny_target(vocab=16, std=0.5)
+    from eagle2.head import new_head
+
+    head = new_head(target, seed=1)
+    dec = Decoder(target, head, CharTokenizer())
+    plain = [t for r in dec.run([1, 2, 3], DecodeConfig(method="vanilla", max_new_tokens=30)) for t in r.new_tokens]
+    assert kernels.use_onednn(target, few_rows=0, own=3) > 0 and target.eagle2_own_rows == 3
+    lin = next(m for m in target.modules() if isinstance(m, torch.nn.Linear))
+    used, real = [], rowkernel.linear
+    monkeypatch.setattr(rowkernel, "linear", lambda x, *a: used.append(x.shape[-2]) or real(x, *a))
+    with torch.inference_mode():
+        for rows in (1, 3, 4):
+            x = torch.randn(1, rows, lin.in_features)
+            torch.testing.assert_close(lin(x), x @ lin.weight.T + (0 if lin.bias is None else lin.bias),
+                                       atol=1e-5, rtol=1e-5)
+    assert used == [1, 3]  # four rows went to the packed kernel
+    monkeypatch.undo()
+    for method in ("vanilla", "eagle2", "eagle1"):
+        out = [t for r in dec.run([1, 2, 3], DecodeConfig(method=method, max_new_tokens=30)) for t in r.new_tokens]
+        assert out == plain, method
+
+
+def test_own_rows_takes_row_counts_up_to_the_first_loss(built, monkeypatch):
+    layers = [torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)]
+    packed = [kernels.pack(m.weight) for m in layers]
+    # timings in call order: (ours, the other) per row count; the other is PyTorch's up to few=1, then packed
+    script = iter([10.0, 10.0,    # 1 row: a tie goes to ours
+                   10.4, 10.0,    # 2 rows: ours 4% slower, within MARGIN
+                   11.0, 10.0,    # 3 rows: ours 10% slower: stop
+                   1.0, 10.0])    # (never timed)
+    timed = []
+    monkeypatch.setattr(kernels, "_best_ms", lambda f, reps: timed.append(f()) or next(script))
+    assert kernels.own_rows(layers, packed, few=1) == 2 and len(timed) == 6
+    script = iter([12.0, 10.0])
+    assert kernels.own_rows(layers, packed, few=1) == 0
+    monkeypatch.undo()
+    assert kernels.own_rows(layers, packed, few=1) in (0, *kernels.OWN_ROWS)  # real timings: any answer is safe
+
+
+def test_bfloat16_layers_never_take_the_row_kernel():
+    lin = torch.nn.Linear(8, 8).to(torch.bfloat16)
+    if not kernels.available(lin.weight):
+        pytest.skip("no native bf16 here")
+    kernels.use_onednn(lin, few_rows=0)
+    assert lin.eagle2_own_rows == 0
+
+
+def test_turned_off_it_says_why(monkeypatch):
+    monkeypatch.setenv("EAGLE2_ROW_KERNEL", "0")
+    assert "EAGLE2_ROW_KERNEL=0" in rowkernel.why_not()
