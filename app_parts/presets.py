@@ -123,7 +123,7 @@ class BundleCache:
             if preset.name in self._bundles:
                 return self._bundles[preset.name]
             if progress:
-                progress(0.1, f"Loading {preset.name} (first run only)…")
+                progress(0.1, f"Loading {preset.name} (first run only; up to a minute)…")
             self._bundles = {}  # one model at a time: free the old one before loading the next
             try:
                 bundle = load(preset.model, preset.head, preset.device)

@@ -30,7 +30,7 @@ from . import rowkernel
 
 ROWS_HINT = 32  # oneDNN picks its blocked layout for about this many rows; any row count works
 CALIBRATE_ROWS = (1, 2, 3, 4, 6, 8)  # row counts `stock_rows` times, in order, stopping at the first oneDNN win
-OWN_ROWS = (1, 2, 3, 4, 6, 8, 12, 16)  # row counts `own_rows` times (up to rowkernel.MAX_ROWS)
+OWN_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # row counts `own_rows` times (up to rowkernel.MAX_ROWS)
 MARGIN = 0.05  # PyTorch's kernel is kept only where it was at least this much faster
 
 

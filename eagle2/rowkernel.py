@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+import time
 from pathlib import Path
 
 import torch
 
-MAX_ROWS = 16  # beyond this a blocked GEMM (oneDNN) wins anyway; `kernels` never offers it more
+MAX_ROWS = 32  # `kernels` never offers it more rows (prefill goes to oneDNN, a blocked GEMM)
 SOURCE = Path(__file__).with_name("csrc") / "rows_linear.cpp"
 log = logging.getLogger(__name__)
 
@@ -41,10 +43,13 @@ def load():
     if reason is None:
         try:
             from torch.utils import cpp_extension
-            log.info("building the row kernel (once; about 30 s)")
+            start = time.perf_counter()
             module = cpp_extension.load(name="eagle2_rows", sources=[str(SOURCE)],
                                         extra_cflags=["-O3", "-mavx512f", "-fopenmp"],
                                         extra_ldflags=["-fopenmp"], verbose=False)
+            took = time.perf_counter() - start
+            if took > 3:  # a build, not a cached load: say where the time went
+                print(f"eagle2: built the row kernel in {took:.0f} s (once per machine)", file=sys.stderr)
         except Exception as e:  # no compiler, no ninja, a failed build: keep the stock kernels
             reason = f"could not be built ({type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''})"
     _state["module"], _state["failure"] = module, reason
