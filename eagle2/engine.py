@@ -100,8 +100,8 @@ class Decoder:
         # proposes, the target verifies in its own dtype, so the output is unchanged.
         self.head_dtype = getattr(head, "dtype", self.dtype)
         self._rows: dict[int, _DraftRows] = {}  # by how many leading tokens of the vocabulary (0: all)
-        # Greedy tokens through a bf16 shortlist proved exact (eagle2/argmax.py) where that applies; None: the
-        # full float32 lm_head's argmax.
+        # Greedy tokens through a shortlist proved exact from int8 (our row kernel) or bf16 copies of the
+        # lm_head (eagle2/argmax.py) where that applies; None: the full float32 lm_head's argmax.
         self.greedy_head = GreedyTokens(self.lm_head) if GreedyTokens.applies(self.lm_head) else None
         # EAGLE-2 skips expanding nodes that can no longer reach the kept tree (`rerank.cutoff`): the kept
         # tree is the same, the drafting cheaper. Off only to check that claim.

@@ -68,6 +68,12 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return _state["module"].rows_linear(x, weight, bias)
 
 
+def q8_upper(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, slack: torch.Tensor) -> torch.Tensor:
+    """(M, K) float32 x and int8 rows q (N, K) with per-row scale and slack (N,) -> (M, N) upper bounds
+    scale_t x.q_t + 2^-22 |that| + |x|_1 slack_t (eagle2/argmax.py); `load()` not None."""
+    return _state["module"].q8_upper(x, q, scale, slack)
+
+
 def usable(weight: torch.Tensor) -> bool:
     """Whether this weight can go through the kernel (float32, CPU, contiguous) and the kernel is built."""
     return (weight.dtype == torch.float32 and weight.device.type == "cpu" and weight.is_contiguous()

@@ -1,18 +1,20 @@
-"""Greedy tokens through a bf16 shortlist (eagle2/argmax.py): always the float32 argmax, settled by the shortlist
-alone on most rows, and sent to the full float32 lm_head where bf16 cannot tell tokens apart."""
+"""Greedy tokens through a shortlist of bounds (eagle2/argmax.py), from int8 rows (our row kernel) or bf16 ones
+(oneDNN): always the float32 argmax, settled by the shortlist alone on most rows, and sent to the full float32
+lm_head where the cheap copy cannot tell tokens apart."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from eagle2 import kernels
+from eagle2 import kernels, rowkernel
 from eagle2.argmax import GreedyTokens
 from eagle2.config import DecodeConfig
 from eagle2.engine import Decoder
 from tests.conftest import CharTokenizer, tiny_target
 
-pytestmark = pytest.mark.skipif(not (kernels.available(torch.zeros(1)) and kernels.native_bf16()),
-                                reason="needs oneDNN and a CPU with native bf16")
+pytestmark = pytest.mark.skipif(not kernels.available(torch.zeros(1)), reason="needs oneDNN")
+INT8 = pytest.param(8, marks=pytest.mark.skipif(rowkernel.why_not() is not None, reason="needs the row kernel"))
+BF16 = pytest.param(16, marks=pytest.mark.skipif(not kernels.native_bf16(), reason="needs native bf16"))
 
 
 def _lm_head(weight: torch.Tensor) -> torch.nn.Linear:
@@ -22,32 +24,71 @@ def _lm_head(weight: torch.Tensor) -> torch.nn.Linear:
     return lin.eval().requires_grad_(False)
 
 
-def test_the_shortlist_gives_the_float32_argmax_and_settles_most_rows():
+def _cheap_scores(lm: torch.nn.Linear, h: torch.Tensor, bits: int) -> torch.Tensor:
+    """What the cheap copy alone would score: bf16 products, or the int8 rows times their scales."""
+    w = lm.weight
+    if bits == 16:
+        return (h.bfloat16() @ w.bfloat16().T).float()
+    scale = w.abs().amax(dim=1, keepdim=True) / 127
+    return h @ (torch.round(w / scale).clamp(-127, 127) * scale).T
+
+
+@pytest.mark.parametrize("bits", [INT8, BF16])
+def test_the_shortlist_gives_the_float32_argmax_and_settles_most_rows(bits):
     torch.manual_seed(0)
     lm = _lm_head(torch.randn(8000, 96) * 0.05)
-    greedy = GreedyTokens(lm)
-    assert GreedyTokens.applies(lm)
+    greedy = GreedyTokens(lm, bits=bits)
+    assert GreedyTokens.applies(lm) and greedy.bits == bits
     h = torch.randn(300, 96) * 4
     with torch.inference_mode():
         assert greedy(h) == lm(h).argmax(-1).tolist()
     assert greedy.rows == 300 and greedy.settled > 250  # the full lm_head ran for a few rows at most
 
 
-def test_rows_bf16_cannot_rank_fall_back_to_the_full_lm_head():
-    # Pairs of tokens whose weights differ below bf16's precision: their bf16 scores tie or flip, their float32
-    # logits do not. With a shortlist of one, only the error bound stands between the shortlist and a wrong token.
-    torch.manual_seed(1)
+def _twins(seed: int) -> tuple[torch.nn.Linear, torch.Tensor]:
+    # Pairs of tokens whose weights differ below the cheap copy's precision: their cheap scores tie or flip,
+    # their float32 logits do not.
+    torch.manual_seed(seed)
     base = torch.randn(2000, 64) * 0.05
-    twin = base + torch.randn_like(base) * 1e-5
-    lm = _lm_head(torch.cat([base, twin]))
-    h = torch.randn(400, 64) * 4
+    lm = _lm_head(torch.cat([base, base + torch.randn_like(base) * 1e-5]))
+    return lm, torch.randn(400, 64) * 4
+
+
+@pytest.mark.parametrize("bits", [INT8, BF16])
+def test_rows_the_cheap_copy_cannot_rank_fall_back_to_the_full_lm_head(bits):
+    lm, h = _twins(1)
     with torch.inference_mode():
         exact = lm(h).argmax(-1)
-        bf16 = (h.bfloat16() @ lm.weight.bfloat16().T).float().argmax(-1)
-        assert bool((bf16 != exact).any())  # the bf16 scores alone get some rows wrong
-        greedy = GreedyTokens(lm, k=1)
+        assert bool((_cheap_scores(lm, h, bits).argmax(-1) != exact).any())  # the cheap scores get rows wrong
+        greedy = GreedyTokens(lm, k=1, bits=bits)  # a shortlist of one: only the bounds stand in the way
         assert greedy(h) == exact.tolist()
     assert greedy.settled < greedy.rows  # those rows went to the full lm_head
+
+
+@pytest.mark.skipif(rowkernel.why_not() is not None, reason="needs the row kernel")
+def test_without_its_slack_the_int8_bound_would_pick_wrong_tokens():
+    # The check above can fail: drop the rounding slack of the int8 rows and a shortlist of one settles rows
+    # on the wrong token.
+    lm, h = _twins(2)
+    with torch.inference_mode():
+        exact = lm(h).argmax(-1).tolist()
+        greedy = GreedyTokens(lm, k=1, bits=8)
+        greedy.bounds.slack.zero_()
+        assert greedy(h) != exact
+
+
+@pytest.mark.skipif(rowkernel.why_not() is not None, reason="needs the row kernel")
+def test_the_int8_kernel_bounds_every_exact_score_from_above_as_its_formula_says():
+    torch.manual_seed(3)
+    w, h = torch.randn(4000, 128) * 0.05, torch.randn(5, 128) * 3
+    greedy = GreedyTokens(_lm_head(w), bits=8)
+    b = greedy.bounds
+    u = b(h).double()
+    assert bool((u >= h.double() @ w.double().T).all())
+    a = h.double() @ (b.q.double() * b.scale.double()[:, None]).T   # scale_t h.q_t, exactly
+    formula = a + a.abs() * 2.0 ** -22 + h.double().abs().sum(1, keepdim=True) * b.slack.double()
+    assert torch.allclose(u, formula, rtol=1e-5, atol=1e-5)
+    assert float((u - a).max()) < 0.1 * float(a.abs().max())  # the slack is small next to the scores
 
 
 def test_the_decoder_uses_it_only_with_onednn_and_the_output_is_unchanged():

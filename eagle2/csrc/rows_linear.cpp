@@ -10,6 +10,9 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
+
 namespace {
 
 constexpr int NB = 4;     // weight rows per block
@@ -82,6 +85,38 @@ void run(const float* x, const float* w, float* y, int64_t M, int64_t N, int64_t
   tail(x, w, y, M, N, K, blocks * NB);
 }
 
+
+// Upper bounds on h . w_t for int8 rows w_t ~ scale_t * q_t (eagle2/argmax.py): for each row m of h and
+// token t, u = a + l1_m * slack_t + 2^-22 |a|, where a = scale_t * sum_i h_i q_ti (float32, sixteen lanes)
+// and l1_m = sum_i |h_mi|. The caller's slack_t covers the rounding of q and of this sum.
+inline __m512 q8(const int8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))); }
+
+void q8_block(const float* x, const int8_t* q, const float* scale, const float* slack, const float* l1, float* u,
+              int64_t M, int64_t N, int64_t K, int64_t n) {
+  // K is a multiple of 16 (checked); rows eight at a time
+  __m512 acc[NB][8];
+  for (int64_t m0 = 0; m0 < M; m0 += 8) {
+    const int64_t G = std::min<int64_t>(8, M - m0);
+    for (int b = 0; b < NB; ++b)
+      for (int m = 0; m < 8; ++m) acc[b][m] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += 16) {
+      __m512 wv[NB];
+      for (int b = 0; b < NB; ++b) wv[b] = q8(q + (n + b) * K + k);
+      if (m0 == 0)
+        for (int b = 0; b < NB; ++b) _mm_prefetch(reinterpret_cast<const char*>(q + (n + NB + b) * K + k), _MM_HINT_T0);
+      for (int m = 0; m < G; ++m) {
+        __m512 xv = _mm512_loadu_ps(x + (m0 + m) * K + k);
+        for (int b = 0; b < NB; ++b) acc[b][m] = _mm512_fmadd_ps(wv[b], xv, acc[b][m]);
+      }
+    }
+    for (int b = 0; b < NB; ++b)
+      for (int m = 0; m < G; ++m) {
+        const float a = scale[n + b] * _mm512_reduce_add_ps(acc[b][m]);
+        u[(m0 + m) * N + n + b] = a + std::fabs(a) * 0x1p-22f + l1[m0 + m] * slack[n + b];
+      }
+  }
+}
+
 }  // namespace
 
 // float32 x (any leading shape) times a float32 (N, K) weight.
@@ -100,6 +135,28 @@ torch::Tensor rows_linear(const torch::Tensor& x, const torch::Tensor& w, const 
   return y.view(shape);
 }
 
+// Upper bounds (M, N) on x @ w.T from int8 rows q (N, K), their scales and slacks (N): see q8_block.
+torch::Tensor q8_upper(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& scale, const torch::Tensor& slack) {
+  TORCH_CHECK(x.scalar_type() == torch::kFloat && q.scalar_type() == torch::kChar, "float32 x, int8 q");
+  TORCH_CHECK(q.dim() == 2 && q.is_contiguous() && scale.is_contiguous() && slack.is_contiguous(), "contiguous");
+  const int64_t K = q.size(1), N = q.size(0);
+  TORCH_CHECK(K % 16 == 0 && N % NB == 0, "K a multiple of 16, N of ", NB);
+  TORCH_CHECK(x.dim() == 2 && x.size(1) == K, "x must be (M, K)");
+  auto x2 = x.contiguous();
+  const int64_t M = x2.size(0);
+  auto l1 = x2.abs().sum(1).contiguous();                            // (M,)
+  auto u = torch::empty({M, N}, x.options());
+  const float* xp = x2.data_ptr<float>();
+  const int8_t* qp = q.data_ptr<int8_t>();
+  const float *sp = scale.data_ptr<float>(), *cp = slack.data_ptr<float>(), *lp = l1.data_ptr<float>();
+  float* up = u.data_ptr<float>();
+  at::parallel_for(0, N / NB, 64, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) q8_block(xp, qp, sp, cp, lp, up, M, N, K, b * NB);
+  });
+  return u;
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("q8_upper", &q8_upper, "upper bounds on x @ w.T from int8 rows");
   m.def("rows_linear", &rows_linear, "float32 x @ w.T (+ bias) for a few rows; rows independent");
 }
