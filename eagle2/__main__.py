@@ -75,9 +75,10 @@ def _decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--kernels", default="auto", choices=("auto", "onednn", "torch"),
                    help="CPU float32 matmuls: prepacked oneDNN (auto: where it applies) or PyTorch's default")
-    p.add_argument("--draft-dtype", default="auto", choices=("auto", "float32", "bfloat16"),
-                   help="the draft head's dtype; auto: bfloat16 on a CPU with native bf16 (the target stays float32, "
-                        "so the output is the same), else the target's")
+    p.add_argument("--draft-dtype", default="auto", choices=("auto", "float32", "bfloat16", "int8"),
+                   help="the draft head's weights; auto: int8 rows on a CPU where our row kernel builds, else bfloat16 "
+                        "on a CPU with native bf16, else the target's dtype (the target stays as it is, so the output "
+                        "is the same)")
     p.add_argument("--raw", action="store_true", help="do not apply the chat template")
 
 

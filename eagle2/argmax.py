@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from . import kernels, rowkernel
+from . import int8, kernels, rowkernel
 
 BF16_OUT = 2.0 ** -7   # bf16 output rounding, relative (unit roundoff 2^-8: this holds even for truncation)
 SAFETY = 2.0           # the float32 accumulation bounds are taken twice over (kernels may round once more)
@@ -37,13 +37,9 @@ class _Int8Bounds:
     """u = upper bounds on h @ W.T from int8 rows with a scale each (the row kernel)."""
 
     def __init__(self, w: torch.Tensor, gamma: float):
-        w64 = w.double()
-        scale = (w64.abs().amax(dim=1) / 127).clamp_min(2.0 ** -100).float().double()  # as the kernel has it
-        q = torch.round(w64 / scale[:, None]).clamp(-127, 127)
-        resid = (w64 - q * scale[:, None]).abs().amax(dim=1)               # D_t, exact in float64
-        slack = (resid + gamma * 127 * scale) * (1 + 2.0 ** -10)          # covers |h|_1's own rounding too
-        self.q = q.to(torch.int8).contiguous()
-        self.scale, self.slack = scale.float().contiguous(), slack.float().contiguous()
+        rows = int8.quantize(w)
+        slack = (rows.resid + gamma * 127 * rows.scale.double()) * (1 + 2.0 ** -10)  # and |h|_1's own rounding
+        self.q, self.scale, self.slack = rows.q, rows.scale, slack.float().contiguous()
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         return rowkernel.q8_upper(h, self.q, self.scale, self.slack)
@@ -66,11 +62,6 @@ class _Bf16Bounds:
         return a.add_(a.abs().mul_(BF16_OUT)).add_(err[:, None])
 
 
-def int8_applies(w: torch.Tensor) -> bool:
-    """Whether the int8 bounds can run here: the row kernel is built and the shapes suit it."""
-    return w.shape[1] % 16 == 0 and w.shape[0] % 4 == 0 and rowkernel.load() is not None
-
-
 class GreedyTokens:
     """Exact argmax rows of `lm_head(h)` for a float32, bias-free lm_head, through a shortlist of bounds."""
 
@@ -79,7 +70,7 @@ class GreedyTokens:
         self.lm_head, self.w, self.k = lm_head, w, k
         self.gamma = SAFETY * _gamma(w.shape[1])
         if bits is None:
-            bits = 8 if int8_applies(w) else 16
+            bits = 8 if int8.fits(w) else 16
         self.bits = bits
         self.bounds = _Int8Bounds(w, self.gamma) if bits == 8 else _Bf16Bounds(w, self.gamma)
         self.norm32 = float(w.norm(dim=1).max())
@@ -91,7 +82,7 @@ class GreedyTokens:
         w = getattr(lm_head, "weight", None)
         return (isinstance(lm_head, torch.nn.Linear) and lm_head.bias is None and w is not None
                 and w.dtype == torch.float32 and w.device.type == "cpu" and kernels.patched(lm_head)
-                and (kernels.supports(torch.bfloat16) or int8_applies(w)))
+                and (kernels.supports(torch.bfloat16) or int8.fits(w)))
 
     def _exact(self, h: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Float32 logits of tokens idx (N, k) and their rounding bound, whatever order a kernel sums in."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from . import kernels
+from . import int8, kernels, rowkernel
 from .argmax import GreedyTokens
 from .cache import keep_positions, new_cache
 from .config import DecodeConfig
@@ -45,6 +45,13 @@ class _DraftRows:
     col: dict[int, int]
     w: torch.Tensor
     packed: torch.Tensor | None
+    q8: int8.Rows | None = None  # int8 copy for an int8 draft head (eagle2/int8.py)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        if self.q8 is not None and x.shape[0] <= rowkernel.MAX_ROWS:
+            return self.q8.linear(x)
+        return (torch.nn.functional.linear(x, self.w) if self.packed is None
+                else kernels.packed_linear(x, self.packed, None))
 
     def topk(self, logp: torch.Tensor, k: int) -> tuple[list, list]:
         """Top-k draft tokens (vocabulary ids) and log-probs, as Python lists: one host transfer."""
@@ -96,7 +103,8 @@ class Decoder:
         # with its full lm_head). Rows of the lm_head are gathered once here.
         vocab = getattr(head, "draft_vocab", None)
         self.draft_ids = None if vocab is None else vocab.to(self.device)
-        # The head may run in a cheaper dtype than the target (`loading.load(draft_dtype=...)`): drafting only
+        # The head may run in a cheaper dtype than the target, or from int8 weight rows (eagle2/int8.py;
+        # `loading.load(draft_dtype=...)`): drafting only
         # proposes, the target verifies in its own dtype, so the output is unchanged.
         self.head_dtype = getattr(head, "dtype", self.dtype)
         self._rows: dict[int, _DraftRows] = {}  # by how many leading tokens of the vocabulary (0: all)
@@ -124,7 +132,8 @@ class Decoder:
             w = w.to(self.head_dtype)  # (M, H)
             col = {} if ids is None else {t: j for j, t in enumerate(ids.tolist())}
             packed = kernels.pack(w) if kernels.patched(self.lm_head) else None
-            self._rows[n] = _DraftRows(ids=ids, col=col, w=w, packed=packed)
+            q8 = int8.quantize(w) if int8.is_int8(self.head) and int8.fits(w) else None
+            self._rows[n] = _DraftRows(ids=ids, col=col, w=w, packed=packed, q8=q8)
         return self._rows[n]
 
     def _text(self, token: int) -> str:
@@ -160,9 +169,7 @@ class Decoder:
         out = self.head(torch.tensor([tokens], device=self.device), feats, mask,
                         torch.tensor([positions], device=self.device), st.head_cache)[0]  # (Q, H)
         scored, rows = (out[-1:] if last else out), st.draft
-        logits = (torch.nn.functional.linear(scored, rows.w) if rows.packed is None
-                  else kernels.packed_linear(scored, rows.packed, None))
-        return torch.log_softmax(logits.float(), dim=-1), out
+        return torch.log_softmax(rows.logits(scored).float(), dim=-1), out
 
     def _catch_up(self, st: _State) -> tuple[torch.Tensor, torch.Tensor]:
         """Feed the head the pairs committed since last step; returns the root's draft log-probs and feature."""

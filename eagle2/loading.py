@@ -102,13 +102,16 @@ class Bundle:
     kernels: str = "torch"  # matmuls in use: "onednn" (eagle2/kernels.py) or "torch"
 
     @property
-    def draft_dtype(self) -> torch.dtype:
-        return getattr(self.head, "dtype", self.dtype)
+    def draft_dtype(self) -> str:
+        """How the head computes: "int8" (int8 weight rows, eagle2/int8.py) or its dtype's name."""
+        from .int8 import is_int8
+        return "int8" if is_int8(self.head) else str(getattr(self.head, "dtype", self.dtype)).removeprefix("torch.")
 
     def describe(self) -> str:
         vocab = getattr(self.head, "draft_vocab", None)
         drafts = "" if vocab is None else f" (drafts over its {len(vocab):,} most frequent tokens)"
-        draft = "" if self.draft_dtype == self.dtype else f", draft {str(self.draft_dtype).removeprefix('torch.')}"
+        dtype = str(self.dtype).removeprefix("torch.")
+        draft = "" if self.draft_dtype == dtype else f", draft {self.draft_dtype}"
         on = self.kernels == "onednn"
         few, own = (getattr(self.target, name, 0) if on else 0 for name in ("eagle2_stock_rows", "eagle2_own_rows"))
         parts = [f"our row kernel up to {own} row{'s' * (own > 1)}"] if own else []
@@ -116,7 +119,7 @@ class Bundle:
             parts.append(f"PyTorch's up to {few} row{'s' * (few > 1)}")
         rows = f" ({', '.join(parts)})" if parts else ""
         return (f"model {self.model_name} | head {self.head_name}{drafts} | "
-                f"{self.device.type} {str(self.dtype).removeprefix('torch.')}{draft} | {self.kernels} matmuls{rows}")
+                f"{self.device.type} {dtype}{draft} | {self.kernels} matmuls{rows}")
 
 
 def load_target(model: str, device: torch.device, dtype: torch.dtype):
@@ -160,22 +163,27 @@ def resolve_head(head: str) -> str:
 
 
 KERNELS = ("auto", "onednn", "torch")
-DRAFT_DTYPES = ("auto", "float32", "bfloat16")
+DRAFT_DTYPES = ("auto", "float32", "bfloat16", "int8")
 
 
-def draft_dtype_for(draft_dtype: str, target_dtype: torch.dtype, device: torch.device, kernels: str) -> torch.dtype:
-    """The draft head's dtype. `auto`: bfloat16 for a float32 target on a CPU that multiplies bf16 in hardware
-    with oneDNN's kernels (drafting about a third cheaper there, same output: the target verifies in float32),
-    else the target's own dtype."""
+def draft_dtype_for(draft_dtype: str, target_dtype: torch.dtype, device: torch.device, kernels: str) -> str:
+    """The draft head's weights: "int8" (int8 rows, float32 arithmetic, our row kernel: eagle2/int8.py) or a
+    torch dtype's name. `auto`: int8 for a float32 target on a CPU where the row kernel builds and the kernels
+    are not PyTorch's; else bfloat16 where the CPU multiplies bf16 in hardware and oneDNN runs; else the
+    target's own dtype. Drafting only proposes: the target verifies in its own dtype, so no output changes."""
     if draft_dtype not in DRAFT_DTYPES:
         raise ValueError(f"draft_dtype must be one of {', '.join(DRAFT_DTYPES)}, not {draft_dtype!r}")
     if draft_dtype != "auto":
-        return getattr(torch, draft_dtype)
+        return draft_dtype
     from . import kernels as k
+    from . import rowkernel
 
-    fast = (device.type == "cpu" and target_dtype == torch.float32 and kernels != "torch"
-            and k.supports(torch.bfloat16))
-    return torch.bfloat16 if fast else target_dtype
+    cpu32 = device.type == "cpu" and target_dtype == torch.float32 and kernels != "torch"
+    if cpu32 and rowkernel.load() is not None:
+        return "int8"
+    if cpu32 and k.supports(torch.bfloat16):
+        return "bfloat16"
+    return str(target_dtype).removeprefix("torch.")
 
 
 def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", kernels: str = "auto",
@@ -184,10 +192,12 @@ def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", k
     `kernels`: `onednn` runs every float32 CPU linear layer of both through prepacked oneDNN matmuls
     (eagle2/kernels.py), `torch` keeps PyTorch's default; `auto` means onednn where it applies. On a CPU both
     also attend through `attention.tree_sdpa` (same numbers, no copy of grouped key/value heads).
-    `draft_dtype`: the head's dtype (`draft_dtype_for`); the target keeps its own, so outputs do not change."""
+    `draft_dtype`: the head's weights (`draft_dtype_for`: int8 rows or a dtype); the target keeps its own, so
+    outputs do not change."""
     from . import kernels as k
     from .attention import use_tree_sdpa
     from .head import load_head, new_head
+    from .int8 import use_int8
 
     if kernels not in KERNELS:
         raise ValueError(f"kernels must be one of {', '.join(KERNELS)}, not {kernels!r}")
@@ -197,7 +207,7 @@ def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", k
     if head is None and model == EMBEDDED and (DEFAULT_HEAD / "config.json").exists():
         head = str(DEFAULT_HEAD)
     h = load_head(resolve_head(head), target) if head else new_head(target)
-    h = h.cast(head_dtype)
+    h = h.cast(torch.float32 if head_dtype == "int8" else getattr(torch, head_dtype))
     used = "torch"
     if kernels != "torch" and k.available(target.get_output_embeddings().weight):
         try:
@@ -211,6 +221,8 @@ def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", k
                 raise ValueError(f"kernels=onednn: oneDNN could not pack the weights ({_first_line(e)})") from None
     elif kernels == "onednn":
         raise ValueError("kernels=onednn needs float32 weights on a CPU with oneDNN; use kernels=torch")
+    if head_dtype == "int8":  # over whichever kernels the layers have (for inputs of more rows)
+        use_int8(h)
     if dev.type == "cpu":  # on CUDA a masked grouped-head SDPA falls back to the slow math kernel
         use_tree_sdpa(target)
         use_tree_sdpa(h)

@@ -74,6 +74,11 @@ def q8_upper(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, slack: torch
     return _state["module"].q8_upper(x, q, scale, slack)
 
 
+def q8_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """float32 x @ (scale[:, None] * q).T (+ bias) for int8 rows q (eagle2/int8.py); `load()` not None."""
+    return _state["module"].q8_linear(x, q, scale, bias)
+
+
 def usable(weight: torch.Tensor) -> bool:
     """Whether this weight can go through the kernel (float32, CPU, contiguous) and the kernel is built."""
     return (weight.dtype == torch.float32 and weight.device.type == "cpu" and weight.is_contiguous()

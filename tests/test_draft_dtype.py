@@ -1,11 +1,12 @@
-"""A draft head in a cheaper dtype than the target (bf16 drafting for a float32 target): the output is unchanged,
-the shared embedding is untouched, the draft's probabilities stay close, and `auto` picks bf16 only where it pays."""
+"""A draft head cheaper than the target (bf16, or int8 weight rows, drafting for a float32 target): the output is
+unchanged, the shared embedding is untouched, the draft's probabilities stay close, and `auto` picks int8 where our
+row kernel builds, else bf16 only where it pays."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from eagle2 import kernels, loading
+from eagle2 import int8, kernels, loading, rowkernel
 from eagle2.config import DecodeConfig
 from eagle2.engine import Decoder
 from eagle2.head import new_head
@@ -49,21 +50,45 @@ def test_sampling_with_a_bfloat16_draft_runs_in_the_targets_distribution_code():
     assert sum(len(r.new_tokens) for r in recs) == 20  # probabilities are float32 where acceptance reads them
 
 
-def test_auto_picks_bfloat16_only_for_a_float32_cpu_target_with_native_bf16(monkeypatch):
+@pytest.mark.skipif(rowkernel.why_not() is not None, reason="needs the row kernel")
+def test_an_int8_draft_keeps_the_output_and_its_probabilities_stay_close():
+    target = tiny_target(vocab=16, std=0.5)
+    ref = Decoder(target, new_head(target, seed=1), CharTokenizer())
+    head = new_head(target, seed=1)
+    assert int8.use_int8(head) == 8 and int8.is_int8(head)  # fc and the layer's seven linears
+    dec = Decoder(target, head, CharTokenizer())
+    assert dec.draft_rows().q8 is not None and target.get_output_embeddings().weight.dtype == torch.float32
+    plain, _ = _tokens(ref, DecodeConfig(method="vanilla", max_new_tokens=30))
+    for method in ("eagle2", "eagle1"):
+        cfg = DecodeConfig(method=method, max_new_tokens=30, total_tokens=12, depth=4)
+        out32, recs32 = _tokens(ref, cfg)
+        out8, recs8 = _tokens(dec, cfg)
+        assert out8 == plain and out32 == plain, method
+        first32 = {n.id: n.prob for n in recs32[1].nodes if n.depth == 1}
+        first8 = {n.id: n.prob for n in recs8[1].nodes if n.depth == 1}
+        assert first8.keys() == first32.keys()
+        assert max(abs(first8[i] - first32[i]) for i in first32) < 0.02
+        assert any(a.prob != b.prob for a, b in zip(recs32[1].nodes[1:], recs8[1].nodes[1:]))  # really int8
+
+
+def test_auto_picks_int8_where_the_row_kernel_builds_else_bfloat16_where_it_pays(monkeypatch):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     pick = loading.draft_dtype_for
     monkeypatch.setattr(kernels, "native_bf16", lambda: True)
+    monkeypatch.setattr(rowkernel, "load", lambda: object())
+    assert pick("auto", torch.float32, cpu, "auto") == "int8"
+    assert pick("auto", torch.float32, cpu, "torch") == "float32"       # PyTorch's kernels: keep float32
+    monkeypatch.setattr(rowkernel, "load", lambda: None)                # no row kernel here
     if kernels.available(torch.zeros(1)):  # oneDNN present
-        assert pick("auto", torch.float32, cpu, "auto") == torch.bfloat16
-    assert pick("auto", torch.float32, cpu, "torch") == torch.float32      # PyTorch's kernels: keep float32
-    assert pick("auto", torch.bfloat16, cuda, "auto") == torch.bfloat16    # already bf16: the target's own
-    assert pick("auto", torch.float16, cuda, "auto") == torch.float16
-    assert pick("float32", torch.float32, cpu, "auto") == torch.float32
-    assert pick("bfloat16", torch.float32, cpu, "torch") == torch.bfloat16  # asked for: given
+        assert pick("auto", torch.float32, cpu, "auto") == "bfloat16"
+    assert pick("auto", torch.bfloat16, cuda, "auto") == "bfloat16"     # already bf16: the target's own
+    assert pick("auto", torch.float16, cuda, "auto") == "float16"
+    assert pick("float32", torch.float32, cpu, "auto") == "float32"
+    assert pick("bfloat16", torch.float32, cpu, "torch") == "bfloat16"  # asked for: given
     monkeypatch.setattr(kernels, "native_bf16", lambda: False)
-    assert pick("auto", torch.float32, cpu, "auto") == torch.float32       # emulated bf16 would not pay
+    assert pick("auto", torch.float32, cpu, "auto") == "float32"        # emulated bf16 would not pay
     assert not kernels.available(torch.zeros(1, dtype=torch.bfloat16))
-    with pytest.raises(ValueError, match="draft_dtype must be one of auto, float32, bfloat16"):
+    with pytest.raises(ValueError, match="draft_dtype must be one of auto, float32, bfloat16, int8"):
         pick("half", torch.float32, cpu, "auto")
 
 
@@ -76,20 +101,26 @@ def test_the_cli_refuses_an_unknown_draft_dtype(capsys):
 
 
 @pytest.mark.slow
-def test_the_real_model_with_the_other_draft_dtype_equals_greedy(embedded):
-    """Whichever dtype `auto` gave the session's bundle, the other one decodes the same tokens too."""
+def test_the_real_model_with_the_other_draft_dtypes_equals_greedy(embedded):
+    """Whichever `auto` gave the session's bundle, the other cheap drafts decode the same tokens too."""
     from eagle2.engine import encode_prompt
     from eagle2.head import load_head
 
-    other = torch.float32 if embedded.draft_dtype == torch.bfloat16 else torch.bfloat16
-    head = load_head(loading.DEFAULT_HEAD, embedded.target).cast(other)  # PyTorch's kernels for this copy
     ids = encode_prompt(embedded.tokenizer, "Write a short poem about autumn leaves.")
     cfg = DecodeConfig(method="eagle2", max_new_tokens=40)
     base = [t for r in Decoder(embedded.target, embedded.head, embedded.tokenizer).run(ids, cfg) for t in r.new_tokens]
-    mine = [t for r in Decoder(embedded.target, head, embedded.tokenizer).run(ids, cfg) for t in r.new_tokens]
-    plain = [t for r in Decoder(embedded.target, head, embedded.tokenizer).run(ids, DecodeConfig(method="vanilla",
-                                                                                                max_new_tokens=40))
-             for t in r.new_tokens]
-    assert mine == base == plain and len(plain) == 40
-    desc = embedded.describe()
-    assert ("draft bfloat16" in desc) == (embedded.draft_dtype == torch.bfloat16 != embedded.dtype)
+    plain = [t for r in Decoder(embedded.target, embedded.head, embedded.tokenizer).run(
+        ids, DecodeConfig(method="vanilla", max_new_tokens=40)) for t in r.new_tokens]
+    assert base == plain and len(plain) == 40
+    for other in {"bfloat16", "int8"} - {embedded.draft_dtype}:
+        head = load_head(loading.DEFAULT_HEAD, embedded.target)  # PyTorch's kernels for this copy
+        if other == "int8":
+            if rowkernel.why_not() is not None:
+                continue
+            int8.use_int8(head)
+        else:
+            head.cast(torch.bfloat16)
+        mine = [t for r in Decoder(embedded.target, head, embedded.tokenizer).run(ids, cfg) for t in r.new_tokens]
+        assert mine == plain, other
+    dtype = str(embedded.dtype).removeprefix("torch.")
+    assert (f"draft {embedded.draft_dtype}" in embedded.describe()) == (embedded.draft_dtype != dtype)

@@ -112,7 +112,8 @@ void q8_block(const float* x, const int8_t* q, const float* scale, const float* 
     for (int b = 0; b < NB; ++b)
       for (int m = 0; m < G; ++m) {
         const float a = scale[n + b] * _mm512_reduce_add_ps(acc[b][m]);
-        u[(m0 + m) * N + n + b] = a + std::fabs(a) * 0x1p-22f + l1[m0 + m] * slack[n + b];
+        u[(m0 + m) * N + n + b] = l1 == nullptr ? a + (slack == nullptr ? 0.0f : slack[n + b])  // slack: the bias
+                                                : a + std::fabs(a) * 0x1p-22f + l1[m0 + m] * slack[n + b];
       }
   }
 }
@@ -156,7 +157,33 @@ torch::Tensor q8_upper(const torch::Tensor& x, const torch::Tensor& q, const tor
   return u;
 }
 
+// float32 x (any leading shape) times int8 rows q (N, K) with a scale each (N), plus an optional bias.
+torch::Tensor q8_linear(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& scale,
+                        const c10::optional<torch::Tensor>& bias) {
+  TORCH_CHECK(x.scalar_type() == torch::kFloat && q.scalar_type() == torch::kChar, "float32 x, int8 q");
+  TORCH_CHECK(q.dim() == 2 && q.is_contiguous() && scale.is_contiguous(), "contiguous");
+  const int64_t K = q.size(1), N = q.size(0);
+  TORCH_CHECK(K % 16 == 0 && N % NB == 0, "K a multiple of 16, N of ", NB);
+  TORCH_CHECK(x.size(-1) == K, "x has ", x.size(-1), " features, the weight ", K);
+  auto x2 = x.reshape({-1, K}).contiguous();
+  const int64_t M = x2.size(0);
+  auto y = torch::empty({M, N}, x.options());
+  const bool has_bias = bias.has_value() && bias->defined();
+  auto b = has_bias ? bias->to(torch::kFloat).contiguous() : torch::Tensor();
+  const float* xp = x2.data_ptr<float>();
+  const int8_t* qp = q.data_ptr<int8_t>();
+  const float *sp = scale.data_ptr<float>(), *bp = has_bias ? b.data_ptr<float>() : nullptr;
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, N / NB, 16, [&](int64_t b0, int64_t b1) {
+    for (int64_t i = b0; i < b1; ++i) q8_block(xp, qp, sp, bp, nullptr, yp, M, N, K, i * NB);
+  });
+  auto shape = x.sizes().vec();
+  shape.back() = N;
+  return y.view(shape);
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("q8_linear", &q8_linear, "float32 x @ (scale * q).T (+ bias) for int8 rows q");
   m.def("q8_upper", &q8_upper, "upper bounds on x @ w.T from int8 rows");
   m.def("rows_linear", &rows_linear, "float32 x @ w.T (+ bias) for a few rows; rows independent");
 }

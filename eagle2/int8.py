@@ -1,0 +1,71 @@
+"""Int8 weight rows with a float32 scale each, multiplied by float32 inputs in our row kernel.
+
+Two users. The draft head (`use_int8`, `loading.load(draft_dtype="int8")`, the default where the row kernel
+builds): drafting only proposes and the target verifies in float32, so the head may read a quarter of its
+float32 bytes without changing an output token; a draft forward is a few rows over weights far larger than
+the caches, so its time is the weight stream. And the greedy argmax (eagle2/argmax.py), which bounds every
+token's float32 logit from the int8 rows and needs each row's largest rounding (`Rows.resid`).
+
+Each row w_t becomes q_t = round(w_t / s_t) with s_t = max|w_t| / 127, so |w_ti - s_t q_ti| <= s_t / 2.
+Inputs of more rows than `rowkernel.MAX_ROWS` (the head reading a whole prompt) keep the float32 weights.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import rowkernel
+
+
+@dataclass
+class Rows:
+    """q (N, K) int8, scale (N,) float32, resid (N,) float64: max_i |w_ti - scale_t q_ti|, exactly."""
+    q: torch.Tensor
+    scale: torch.Tensor
+    resid: torch.Tensor
+
+    def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        return rowkernel.q8_linear(x, self.q, self.scale, bias)
+
+
+def fits(weight: torch.Tensor) -> bool:
+    """Whether the row kernel takes this (N, K) weight: float32 on the CPU, K a multiple of 16, N of 4, built."""
+    n, k = weight.shape
+    return (weight.dtype == torch.float32 and weight.device.type == "cpu" and k % 16 == 0 and n % 4 == 0
+            and rowkernel.load() is not None)
+
+
+def quantize(weight: torch.Tensor) -> Rows:
+    w = weight.detach().double()
+    scale = (w.abs().amax(dim=1) / 127).clamp_min(2.0 ** -100).float()   # float32, as the kernel reads it
+    q = torch.round(w / scale.double()[:, None]).clamp(-127, 127)
+    resid = (w - q * scale.double()[:, None]).abs().amax(dim=1)
+    return Rows(q.to(torch.int8).contiguous(), scale.contiguous(), resid)
+
+
+def _forward(module: torch.nn.Linear, rows: Rows):
+    before = module.forward  # PyTorch's, or a oneDNN-packed one (eagle2/kernels.py)
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.float32 or x.numel() > rowkernel.MAX_ROWS * x.shape[-1] or (
+                torch.is_grad_enabled() and (x.requires_grad or module.weight.requires_grad)):
+            return before(x)
+        return rows.linear(x, module.bias)
+
+    forward.eagle2_original = getattr(before, "eagle2_original", before)  # kernels.restore puts PyTorch's back
+    return forward
+
+
+def use_int8(model: torch.nn.Module) -> int:
+    """Run every float32 CPU nn.Linear of `model` whose shape the kernel takes from int8 rows for inputs of
+    up to `rowkernel.MAX_ROWS` rows; returns how many. Marks the model (`is_int8`)."""
+    todo = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and fits(m.weight)]
+    for m in todo:
+        m.forward = _forward(m, quantize(m.weight))
+    model.eagle2_int8 = bool(todo)
+    return len(todo)
+
+
+def is_int8(model: torch.nn.Module) -> bool:
+    return bool(getattr(model, "eagle2_int8", False))
