@@ -104,8 +104,8 @@ class Decoder:
         vocab = getattr(head, "draft_vocab", None)
         self.draft_ids = None if vocab is None else vocab.to(self.device)
         # The head may run in a cheaper dtype than the target, or from int8 weight rows (eagle2/int8.py;
-        # `loading.load(draft_dtype=...)`): drafting only
-        # proposes, the target verifies in its own dtype, so the output is unchanged.
+        # `loading.load(draft_dtype=...)`): drafting only proposes, the target verifies in its own dtype, so
+        # the output is unchanged.
         self.head_dtype = getattr(head, "dtype", self.dtype)
         self._rows: dict[int, _DraftRows] = {}  # by how many leading tokens of the vocabulary (0: all)
         # Greedy tokens through a shortlist proved exact from int8 (our row kernel) or bf16 copies of the
