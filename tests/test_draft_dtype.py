@@ -18,6 +18,22 @@ def _tokens(dec: Decoder, cfg: DecodeConfig) -> tuple[list[int], list]:
     return [t for r in recs for t in r.new_tokens], recs
 
 
+def _same_output_close_probabilities(ref: Decoder, cheap: Decoder) -> None:
+    """Both decode plain greedy's tokens with EAGLE-2 and EAGLE-1; the same first tree is drafted with
+    probabilities that agree to the cheap draft's precision, and they really differ."""
+    plain, _ = _tokens(ref, DecodeConfig(method="vanilla", max_new_tokens=30))
+    for method in ("eagle2", "eagle1"):
+        cfg = DecodeConfig(method=method, max_new_tokens=30, total_tokens=12, depth=4)
+        out32, recs32 = _tokens(ref, cfg)
+        out, recs = _tokens(cheap, cfg)
+        assert out == plain and out32 == plain, method
+        first32 = {n.id: n.prob for n in recs32[1].nodes if n.depth == 1}
+        first = {n.id: n.prob for n in recs[1].nodes if n.depth == 1}
+        assert first.keys() == first32.keys()
+        assert max(abs(first[i] - first32[i]) for i in first32) < 0.02
+        assert any(a.prob != b.prob for a, b in zip(recs32[1].nodes[1:], recs[1].nodes[1:]))
+
+
 def test_a_bfloat16_draft_keeps_the_output_and_the_targets_embedding():
     target = tiny_target(vocab=16, std=0.5)
     ref_head = new_head(target, seed=1)
@@ -29,18 +45,7 @@ def test_a_bfloat16_draft_keeps_the_output_and_the_targets_embedding():
     assert head.rotary.inv_freq.dtype == torch.float32
     fp32, bf16 = Decoder(target, ref_head, CharTokenizer()), Decoder(target, head, CharTokenizer())
     assert bf16.head_dtype == torch.bfloat16 and bf16.draft_rows().w.dtype == torch.bfloat16
-    plain, _ = _tokens(fp32, DecodeConfig(method="vanilla", max_new_tokens=30))
-    for method in ("eagle2", "eagle1"):
-        cfg = DecodeConfig(method=method, max_new_tokens=30, total_tokens=12, depth=4)
-        out32, recs32 = _tokens(fp32, cfg)
-        out16, recs16 = _tokens(bf16, cfg)
-        assert out16 == plain and out32 == plain, method
-        # the same first tree is drafted with probabilities that agree to bf16 precision
-        first32 = {n.id: n.prob for n in recs32[1].nodes if n.depth == 1}
-        first16 = {n.id: n.prob for n in recs16[1].nodes if n.depth == 1}
-        assert first16.keys() == first32.keys()
-        assert max(abs(first16[i] - first32[i]) for i in first32) < 0.02
-        assert any(a.prob != b.prob for a, b in zip(recs32[1].nodes[1:], recs16[1].nodes[1:]))  # really bf16
+    _same_output_close_probabilities(fp32, bf16)
 
 
 def test_sampling_with_a_bfloat16_draft_runs_in_the_targets_distribution_code():
@@ -58,17 +63,7 @@ def test_an_int8_draft_keeps_the_output_and_its_probabilities_stay_close():
     assert int8.use_int8(head) == 8 and int8.is_int8(head)  # fc and the layer's seven linears
     dec = Decoder(target, head, CharTokenizer())
     assert dec.draft_rows().q8 is not None and target.get_output_embeddings().weight.dtype == torch.float32
-    plain, _ = _tokens(ref, DecodeConfig(method="vanilla", max_new_tokens=30))
-    for method in ("eagle2", "eagle1"):
-        cfg = DecodeConfig(method=method, max_new_tokens=30, total_tokens=12, depth=4)
-        out32, recs32 = _tokens(ref, cfg)
-        out8, recs8 = _tokens(dec, cfg)
-        assert out8 == plain and out32 == plain, method
-        first32 = {n.id: n.prob for n in recs32[1].nodes if n.depth == 1}
-        first8 = {n.id: n.prob for n in recs8[1].nodes if n.depth == 1}
-        assert first8.keys() == first32.keys()
-        assert max(abs(first8[i] - first32[i]) for i in first32) < 0.02
-        assert any(a.prob != b.prob for a, b in zip(recs32[1].nodes[1:], recs8[1].nodes[1:]))  # really int8
+    _same_output_close_probabilities(ref, dec)
 
 
 def test_auto_picks_int8_where_the_row_kernel_builds_else_bfloat16_where_it_pays(monkeypatch):
