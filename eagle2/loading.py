@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 
+from .int8 import is_int8, use_int8
+
 EMBEDDED = "embedded"
 HUB_FALLBACK = "HuggingFaceTB/SmolLM2-135M-Instruct"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -104,7 +106,6 @@ class Bundle:
     @property
     def draft_dtype(self) -> str:
         """How the head computes: "int8" (int8 weight rows, eagle2/int8.py) or its dtype's name."""
-        from .int8 import is_int8
         return "int8" if is_int8(self.head) else str(getattr(self.head, "dtype", self.dtype)).removeprefix("torch.")
 
     def describe(self) -> str:
@@ -197,7 +198,6 @@ def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", k
     from . import kernels as k
     from .attention import use_tree_sdpa
     from .head import load_head, new_head
-    from .int8 import use_int8
 
     if kernels not in KERNELS:
         raise ValueError(f"kernels must be one of {', '.join(KERNELS)}, not {kernels!r}")

@@ -86,13 +86,14 @@ void run(const float* x, const float* w, float* y, int64_t M, int64_t N, int64_t
 }
 
 
-// Upper bounds on h . w_t for int8 rows w_t ~ scale_t * q_t (eagle2/argmax.py): for each row m of h and
-// token t, u = a + l1_m * slack_t + 2^-22 |a|, where a = scale_t * sum_i h_i q_ti (float32, sixteen lanes)
-// and l1_m = sum_i |h_mi|. The caller's slack_t covers the rounding of q and of this sum.
+// x @ (scale * q).T for int8 rows q, sixteen lanes of float32 fused multiply-adds: a = scale_t * sum_i x_i q_ti.
+// Without l1 the output is a (+ bias_t). With l1 (eagle2/argmax.py) it is an upper bound on x . w_t for rows
+// w_t ~ scale_t * q_t: a + 2^-22 |a| + l1_m * slack_t, l1_m = sum_i |x_mi|; the caller's slack_t covers the
+// rounding of q and of this sum.
 inline __m512 q8(const int8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))); }
 
-void q8_block(const float* x, const int8_t* q, const float* scale, const float* slack, const float* l1, float* u,
-              int64_t M, int64_t N, int64_t K, int64_t n) {
+void q8_block(const float* x, const int8_t* q, const float* scale, const float* bias, const float* slack,
+              const float* l1, float* u, int64_t M, int64_t N, int64_t K, int64_t n) {
   // K is a multiple of 16 (checked); rows eight at a time
   __m512 acc[NB][8];
   for (int64_t m0 = 0; m0 < M; m0 += 8) {
@@ -112,7 +113,7 @@ void q8_block(const float* x, const int8_t* q, const float* scale, const float* 
     for (int b = 0; b < NB; ++b)
       for (int m = 0; m < G; ++m) {
         const float a = scale[n + b] * _mm512_reduce_add_ps(acc[b][m]);
-        u[(m0 + m) * N + n + b] = l1 == nullptr ? a + (slack == nullptr ? 0.0f : slack[n + b])  // slack: the bias
+        u[(m0 + m) * N + n + b] = l1 == nullptr ? a + (bias == nullptr ? 0.0f : bias[n + b])
                                                 : a + std::fabs(a) * 0x1p-22f + l1[m0 + m] * slack[n + b];
       }
   }
@@ -152,7 +153,7 @@ torch::Tensor q8_upper(const torch::Tensor& x, const torch::Tensor& q, const tor
   const float *sp = scale.data_ptr<float>(), *cp = slack.data_ptr<float>(), *lp = l1.data_ptr<float>();
   float* up = u.data_ptr<float>();
   at::parallel_for(0, N / NB, 64, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) q8_block(xp, qp, sp, cp, lp, up, M, N, K, b * NB);
+    for (int64_t b = b0; b < b1; ++b) q8_block(xp, qp, sp, nullptr, cp, lp, up, M, N, K, b * NB);
   });
   return u;
 }
@@ -175,7 +176,7 @@ torch::Tensor q8_linear(const torch::Tensor& x, const torch::Tensor& q, const to
   const float *sp = scale.data_ptr<float>(), *bp = has_bias ? b.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, N / NB, 16, [&](int64_t b0, int64_t b1) {
-    for (int64_t i = b0; i < b1; ++i) q8_block(xp, qp, sp, bp, nullptr, yp, M, N, K, i * NB);
+    for (int64_t i = b0; i < b1; ++i) q8_block(xp, qp, sp, bp, nullptr, nullptr, yp, M, N, K, i * NB);
   });
   auto shape = x.sizes().vec();
   shape.back() = N;
