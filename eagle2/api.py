@@ -50,4 +50,4 @@ def run(bundle: Bundle, prompt: str | list[int], cfg: DecodeConfig, raw: bool = 
     wall = time.perf_counter() - t0
     tokens = [t for r in records for t in r.new_tokens]
     text = bundle.tokenizer.decode(tokens, skip_special_tokens=True)
-    return RunResult(method=cfg.method, text=text, token_ids=tokens, records=records, wall_s=wall)
+    return RunResult(method=cfg.name, text=text, token_ids=tokens, records=records, wall_s=wall)

@@ -1,11 +1,12 @@
-"""Choose EAGLE-2's tree size and depth for the machine at hand.
+"""Tune each method's tree for the machine at hand: EAGLE-2's size, depth and top-k, eagle2_sized's floors,
+EAGLE-1's cut of its static tree.
 
 The authors choose `total_token` by timing target forwards on their GPU and dividing by fixed gains. Here
 both sides are measured: a warm-up decode with a large tree records every drafted node and the target's own
 choice after each verified one, so the accept length any smaller tree (top-n nodes of depth <= d by score,
 exactly what EAGLE-2 would keep) would have had on the same steps can be replayed from the records; the cost
 of verifying n nodes is timed with the engine's own verify, and the rest of a step (drafting, commit, the
-record) by short timed runs at each depth. Of the options predicted near the fastest it keeps the fewest
+record) by short timed runs at each depth. EAGLE-1 is replayed the same way from decodes with its whole tree. Of the options predicted near the fastest it keeps the fewest
 nodes (`choose`), since near the top the predictions differ by less than their error.
 On a GPU verifying 60 nodes costs about one forward and big trees win; on a CPU each node costs ~2 ms here,
 so the best tree is small. Greedy only: sampling accepts at other rates.
@@ -22,7 +23,7 @@ from types import SimpleNamespace
 import torch
 
 from .cache import new_cache
-from .config import DecodeConfig
+from .config import STATIC_PRESET, DecodeConfig, cut_tree, parse_tree
 from .engine import Decoder, truncate
 from .records import StepRecord
 from .replay import accept_with_floors, replay_runs
@@ -30,6 +31,7 @@ from .rerank import floors
 
 SIZES = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 26, 32, 40, 48, 60)
 DEPTHS = (1, 2, 3, 4, 5, 6, 7)
+TOP_KS = (4, 6, 8, 10)  # EAGLE-2's children per expanded node, replayed from a top-10 warm-up (`accept_top_k`)
 # Trees sized per step by confidence (DecodeConfig.min_prob / expand_prob), replayed at these caps and floors.
 FLOOR_CAPS = (8, 12, 16, 26)
 FLOOR_DEPTHS = (4, 6, 7)
@@ -56,6 +58,8 @@ class Option:
     expand_prob: float = 0.0
     nodes: float = 0.0
     draft_tokens: int = 0  # the draft vocabulary it was measured with (DecodeConfig.draft_tokens; 0: all)
+    top_k: int = DecodeConfig.top_k
+    method: str = "eagle2"  # eagle2, eagle2_sized (floors) or eagle1 (total_tokens: the cut's size)
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -103,58 +107,125 @@ def _timed_steps(dec: Decoder, ids: list[int], cfg: DecodeConfig) -> list[tuple[
     return out
 
 
-def tune(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes=None, depths=None,
-         max_new_tokens: int | None = None, progress=None, sized: bool = True,
-         draft_tokens: tuple[int, ...] | None = None) -> tuple[Option, list[Option]]:
-    """Warm up on `prompts` with the largest tree, time each depth's drafting and each size's verify, and
-    return the chosen option (`choose`) and every option considered (fastest first): fixed sizes and depths,
-    and (`sized`) trees sized per step by confidence (`floor_options`).
-    `draft_tokens`: draft vocabularies to try (DecodeConfig.draft_tokens; default: the base's). Each is warmed
-    up and timed on its own, since a narrower one drafts cheaper levels but can propose fewer tokens; the
-    winner is the vocabulary whose chosen option is predicted fastest."""
+@dataclass(frozen=True)
+class Tuning:
+    """Each tuned method's chosen option, every option it was chosen from (fastest first), and the draft
+    vocabulary every tree method then drafts over (the same for all, so that only the trees differ)."""
+
+    chosen: dict[str, Option]
+    options: dict[str, list[Option]]
+    draft_tokens: int
+
+    def settings(self) -> dict[str, dict]:
+        """Per method, the settings it runs with (methods.Shared.tuned)."""
+        out = {}
+        for m, o in self.chosen.items():
+            out[m] = {"total_tokens": o.total_tokens, "draft_tokens": self.draft_tokens}
+            if m != "eagle1":
+                out[m].update(depth=o.depth, top_k=o.top_k)
+            if m == "eagle2_sized":
+                out[m].update(min_prob=o.min_prob, expand_prob=o.expand_prob)
+        return out
+
+
+def tune(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, methods=("eagle2", "eagle2_sized", "eagle1"),
+         sizes=None, depths=None, top_ks=None, max_new_tokens: int | None = None, progress=None,
+         draft_tokens: tuple[int, ...] | None = None) -> Tuning:
+    """Tune each of `methods` (of "eagle2", "eagle2_sized", "eagle1") for itself on this machine: warm up on
+    `prompts` with the largest tree of its kind, time each size's verify and each depth's drafting, replay every
+    smaller setting from the records (`choose` picks among them).
+    eagle2: total tokens x depth x top-k; eagle2_sized: its caps and floors (`floor_options`); eagle1: the
+    static tree cut breadth first to each size up to its whole 26 nodes.
+    `draft_tokens`: draft vocabularies to try (default: the base's). Each is warmed up and timed on its own,
+    since a narrower one drafts cheaper levels but can propose fewer tokens; the vocabulary whose chosen
+    EAGLE-2 option is predicted fastest wins, and every tree method, EAGLE-1 included, drafts over it."""
     say = progress or (lambda _msg: None)
     sizes, depths = sizes or SIZES, depths or DEPTHS
+    top_ks = tuple(k for k in (top_ks or TOP_KS) if k <= base.top_k) or (base.top_k,)
     say("tuning: timing verify at " + ", ".join(map(str, sizes)) + " nodes")
     verify = time_verify(dec, prompts[0], tuple(sorted({1, *sizes})))
-    by_vocab = {}
-    for v in draft_tokens or (base.draft_tokens,):
-        big = replace(base, method="eagle2", temperature=0.0, lookup=False, min_prob=0.0, expand_prob=0.0,
-                      total_tokens=max(sizes), depth=max(depths), draft_tokens=v,
-                      max_new_tokens=max_new_tokens or WARMUP_TOKENS)
-        by_vocab[v] = _options(dec, prompts, big, sizes, depths, verify, sized, say)
-    best = max((choose(opts) for opts in by_vocab.values()), key=lambda o: o.tokens_per_s)
-    options = sorted((o for opts in by_vocab.values() for o in opts), key=lambda o: -o.tokens_per_s)
-    return best, options
+    chosen: dict[str, Option] = {}
+    options: dict[str, list[Option]] = {}
+    vocab = (draft_tokens or (base.draft_tokens,))[0]
+    dynamic = [m for m in ("eagle2", "eagle2_sized") if m in methods]
+    if dynamic:
+        by_vocab = {v: _options(dec, prompts, replace(base, draft_tokens=v, max_new_tokens=max_new_tokens or
+                                                      WARMUP_TOKENS), sizes, depths, top_ks, verify,
+                                "eagle2_sized" in methods, say)
+                    for v in draft_tokens or (base.draft_tokens,)}
+        lead = dynamic[0]
+        vocab = max(by_vocab, key=lambda v: choose(by_vocab[v][lead]).tokens_per_s)
+        for m in dynamic:
+            chosen[m] = choose(by_vocab[vocab][m])
+            options[m] = sorted((o for opts in by_vocab.values() for o in opts[m]), key=lambda o: -o.tokens_per_s)
+    if "eagle1" in methods:
+        cfg = replace(base, draft_tokens=vocab, max_new_tokens=max_new_tokens or WARMUP_TOKENS)
+        options["eagle1"] = _static_options(dec, prompts, cfg, sizes, verify, say)
+        chosen["eagle1"] = choose(options["eagle1"])
+    return Tuning(chosen, options, vocab)
 
 
-def _options(dec: Decoder, prompts: list[list[int]], big: DecodeConfig, sizes, depths, verify: dict[int, float],
-             sized: bool, say) -> list[Option]:
-    """Every option for one draft vocabulary (`big.draft_tokens`), fastest first: replayed on warm-up decodes
-    with the largest tree, priced with `verify` and the drafting timed here at each depth."""
+def _big(base: DecodeConfig, **kw) -> DecodeConfig:
+    """A greedy warm-up config of `base` with no additions, then `kw`."""
+    return replace(base, temperature=0.0, lookup=False, min_prob=0.0, expand_prob=0.0, **kw)
+
+
+def _options(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes, depths, top_ks,
+             verify: dict[int, float], sized: bool, say) -> dict[str, list[Option]]:
+    """EAGLE-2's options for one draft vocabulary (`base.draft_tokens`), fastest first: "eagle2" (sizes x depths
+    x top-k) and, with `sized`, "eagle2_sized"; replayed on warm-up decodes with the largest tree, priced with
+    `verify` and the drafting timed here at each depth."""
+    big = _big(base, method="eagle2", total_tokens=max(sizes), depth=max(depths))
     vocab = f", {big.draft_tokens} draft tokens" if big.draft_tokens else ""
     runs: list[list[StepRecord]] = []
     for i, ids in enumerate(prompts):
-        say(f"tuning: warm-up decode {i + 1}/{len(prompts)} ({big.total_tokens} nodes, depth {big.depth}{vocab})")
+        say(f"tuning EAGLE-2: warm-up decode {i + 1}/{len(prompts)} ({big.total_tokens} nodes, depth {big.depth}"
+            f"{vocab})")
         runs.append([r for r, _ in _timed_steps(dec, ids, big)])
     # ms of a step outside verify at each depth: drafting, commit, building the record. Timed with every
-    # level fully drafted: the early cut (`rerank.cutoff`) drafts less the fewer nodes are kept, so timing it
-    # at the smallest size would flatter the larger ones; the full cost is an upper bound for every size.
+    # level fully drafted at the largest top-k: the early cut (`rerank.cutoff`) drafts less the fewer nodes
+    # are kept, so timing it at the smallest size would flatter the larger ones; the full cost is an upper
+    # bound for every size and top-k.
     rest, prune = {}, dec.prune
     try:
         dec.prune = False
         for d in depths:
-            say(f"tuning: timing drafting at depth {d}{vocab}")
+            say(f"tuning EAGLE-2: timing drafting at depth {d}{vocab}")
             steps = _timed_steps(dec, prompts[0], replace(big, depth=d, total_tokens=min(sizes), max_new_tokens=24))
             rest[d] = statistics.median(ms - r.verify_ms for r, ms in steps)
     finally:
         dec.prune = prune
-    options = [Option(n, d, replay_runs(runs, n, d), rest[d] + verify[n]) for n in sizes for d in depths]
+    out = {"eagle2": [Option(n, d, replay_runs(runs, n, d, top_k=k), rest[d] + verify[n], top_k=k)
+                      for n in sizes for d in depths for k in top_ks]}
     if sized:
-        options += floor_options(runs, verify, rest, [n for n in FLOOR_CAPS if n <= max(sizes)],
-                                 [d for d in FLOOR_DEPTHS if d in rest])
-    options = [replace(o, draft_tokens=big.draft_tokens) for o in options]
-    options.sort(key=lambda o: -o.tokens_per_s)
-    return options
+        out["eagle2_sized"] = [replace(o, top_k=big.top_k) for o in floor_options(
+            runs, verify, rest, [n for n in FLOOR_CAPS if n <= max(sizes)], [d for d in FLOOR_DEPTHS if d in rest])]
+    return {m: sorted((replace(o, draft_tokens=big.draft_tokens, method=m) for o in opts),
+                      key=lambda o: -o.tokens_per_s) for m, opts in out.items()}
+
+
+def _static_options(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes,
+                    verify: dict[int, float], say) -> list[Option]:
+    """EAGLE-1's options, fastest first: mc_sim_7b_63 cut breadth first to each of `sizes` up to the whole tree,
+    replayed on warm-up decodes with the whole tree (a cut tree is its first nodes in drafting order). Drafting
+    is timed per depth of the cut, with the largest cut of that depth (an upper bound for smaller ones)."""
+    whole = parse_tree(STATIC_PRESET, 20)
+    big = _big(base, method="eagle1", tree=whole)
+    runs = []
+    for i, ids in enumerate(prompts):
+        say(f"tuning EAGLE-1: warm-up decode {i + 1}/{len(prompts)} (the whole {len(whole) + 1}-node tree)")
+        runs.append([r for r, _ in _timed_steps(dec, ids, big)])
+    cuts = {n: cut_tree(whole, n) for n in sizes if n <= len(whole) + 1}
+    depth_of = {n: max(map(len, t)) for n, t in cuts.items()}
+    rest = {}
+    for d in sorted(set(depth_of.values())):
+        n = max(k for k, v in depth_of.items() if v == d)
+        say(f"tuning EAGLE-1: timing drafting at depth {d}")
+        steps = _timed_steps(dec, prompts[0], replace(big, tree=cuts[n], max_new_tokens=24))
+        rest[d] = statistics.median(ms - r.verify_ms for r, ms in steps)
+    opts = [Option(n, depth_of[n], replay_runs(runs, n, 0, static=True), rest[depth_of[n]] + verify[n],
+                   top_k=big.static_top_k, draft_tokens=big.draft_tokens, method="eagle1") for n in cuts]
+    return sorted(opts, key=lambda o: -o.tokens_per_s)
 
 
 def _interpolate(ms: dict[int, float], n: int) -> float:
@@ -195,12 +266,9 @@ def choose(options: list[Option], margin: float = MARGIN) -> Option:
 
     Near the top the predictions differ by less than their error: the warm-up's accept lengths come from a
     few dozen steps, and prompts that accept more than the real work (answers that repeat themselves) overrate
-    big trees. In one tuning (session 16) the seven fastest predictions lay within 1.5% of each other.
-    Measured on MT-bench, the tuner's pick of 10 nodes at depth 4 ran 8% slower than 4 nodes at depth 2 on
-    the writing prompts, while on mixed prompts 4-8 nodes ran within 2% of each other: among near-ties fewer
-    nodes lose little and can gain much. Depth is not cut the same way: its cost is timed with every level
-    drafted (an upper bound), and in one run on 16 MT-bench prompts (session 20) 3 nodes at depth 1 ran 6.7%
-    slower than at depth 2, and 6 nodes at depth 2 2% slower than at depth 3."""
+    big trees, so among near-ties fewer nodes lose little and can gain much (docs/how-it-works.md has the
+    measurements). Depth is not cut the same way: its cost is timed with every level drafted (an upper bound),
+    and a shallower tree of the same size measured slower than the deeper one it tied with."""
     fastest = max(o.tokens_per_s for o in options)
     near = [o for o in options if o.tokens_per_s >= (1 - margin) * fastest]
     fewest = min(math.floor(o.nodes + 0.5) for o in near)
@@ -220,20 +288,45 @@ def warmup_texts(n: int | None = None) -> list[str]:
 
 
 def label(o: Option) -> str:
-    """An option in words: its size and depth, or its caps and floors (and a narrowed draft vocabulary)."""
+    """An option in words: its size, depth and top-k, its caps and floors, or its cut of the static tree."""
     vocab = f", drafting over {o.draft_tokens:,} tokens" if o.draft_tokens else ""
+    if o.method == "eagle1":
+        return f"{STATIC_PRESET} cut to {o.total_tokens} nodes (depth {o.depth}){vocab}"
     if not o.min_prob:
-        return f"{o.total_tokens} nodes, depth {o.depth}{vocab}"
+        return f"{o.total_tokens} nodes, depth {o.depth}, top-k {o.top_k}{vocab}"
     return (f"nodes above {o.min_prob:g} (up to {o.total_tokens}, {o.nodes:.1f} a step), expanded above "
             f"{o.expand_prob:g}, depth up to {o.depth}{vocab}")
 
 
-def describe(best: Option, options: list[Option], top: int = 6) -> str:
-    """A short table of the fastest predicted options (the chosen one marked), as the command line prints it."""
-    rows = [f"tuned for this machine: {label(best)} "
-            f"(replayed tau {best.tau:.2f}, {best.step_ms:.0f} ms a step, {best.tokens_per_s:.1f} tokens/s predicted; "
-            f"the fewest nodes within {MARGIN:.0%} of the fastest prediction, at their fastest depth)"]
-    rows += [f"  tau {o.tau:.2f}  {o.step_ms:6.1f} ms  {o.tokens_per_s:5.1f} tok/s  {label(o)}"
-             f"{'  <- chosen' if o == best else ''}"
-             for o in options[:max(top, options.index(best) + 1)]]
+def describe(tuning: Tuning, top: int = 4) -> str:
+    """Per tuned method, its choice and the fastest predicted options (the chosen one marked)."""
+    rows = [f"tuned for this machine, each method for itself (the fewest nodes within {MARGIN:.0%} of the "
+            f"fastest prediction, at their fastest depth):"]
+    for m, best in tuning.chosen.items():
+        opts = tuning.options[m]
+        rows.append(f"{m}: {label(best)} (replayed tau {best.tau:.2f}, {best.step_ms:.0f} ms a step, "
+                    f"{best.tokens_per_s:.1f} tokens/s predicted)")
+        rows += [f"  tau {o.tau:.2f}  {o.step_ms:6.1f} ms  {o.tokens_per_s:5.1f} tok/s  {label(o)}"
+                 f"{'  <- chosen' if o == best else ''}"
+                 for o in opts[:max(top, opts.index(best) + 1)]]
     return "\n".join(rows)
+
+
+def tune_for(bundle, methods: list[str], shared, progress=None, draft_tokens: int | None = None):
+    """Tune what `methods` need on the shipped tuning prompts (a minute or two on 2 CPU cores); returns the
+    Tuning and `shared` with each method's choice in `tuned`. Without `draft_tokens` it also chooses between the
+    head's whole draft vocabulary and its first NARROW_DRAFT tokens, for every tree method alike."""
+    from .api import decoder_for
+    from .engine import encode_prompt
+    from .methods import tunable
+
+    dec = decoder_for(bundle)
+    wanted = tunable(methods, shared.tree is not None)
+    if draft_tokens is None:
+        vocab = (0, NARROW_DRAFT) if dec.draft_ids is not None and len(dec.draft_ids) > NARROW_DRAFT else (0,)
+    else:
+        vocab = (draft_tokens,)
+    base = DecodeConfig(top_k=shared.top_k, max_new_tokens=shared.max_new_tokens)
+    prompts = [encode_prompt(bundle.tokenizer, t) for t in warmup_texts()]
+    tuning = tune(dec, prompts, base, methods=wanted, progress=progress, draft_tokens=vocab)
+    return tuning, replace(shared, tuned=tuning.settings(), draft_tokens=tuning.draft_tokens)

@@ -1,19 +1,26 @@
 """Benchmark: every method on the same prompts, in one process, after a warm-up; ratios, not absolutes.
 
-Methods: our `vanilla`, `eagle1`, `eagle2`, `eagle2_lookup` (EAGLE-2 with a prompt-lookup branch), plus transformers' own greedy `generate` (`hf_greedy`) and its
-prompt-lookup assisted generation (`hf_lookup`) as peers. Speedups are tokens/s ratios within this run.
+Methods by name (eagle2/methods.py): our `vanilla`, `eagle1`, `eagle2` (the paper's algorithm), and this
+project's `eagle2_sized`, `eagle2_lookup`, `eagle2_sized_lookup`; transformers' own greedy `generate`
+(`hf_greedy`) and its prompt-lookup assisted generation (`hf_lookup`) as peers. Speedups are tokens/s ratios
+within this run. Each method's settings are stored beside its numbers; with greedy decoding the dynamic
+tree's own gain is also replayed at equal budgets (`equal_budgets`), independent of speed.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-OURS = ("vanilla", "eagle1", "eagle2", "eagle2_lookup")  # eagle2_lookup: EAGLE-2 plus a prompt-lookup branch
-PEERS = ("hf_greedy", "hf_lookup")
+from .config import STATIC_PRESET
+from .methods import LABELS, OURS, PEERS, STATIC_NODES, Shared, config_for, settings_of
+
+HF_LOOKUP_TOKENS = 10  # transformers' prompt_lookup_num_tokens default
+EQUAL_BUDGETS = range(2, STATIC_NODES + 1)  # node budgets the equal-budget replay reports
 
 
 def read_prompts(path: str | Path, limit: int | None = None) -> list[str]:
@@ -42,7 +49,7 @@ def read_rows(path: str | Path, limit: int | None = None) -> list[tuple[str, str
 def _hf(bundle, ids: list[int], max_new: int, lookup: bool) -> tuple[list[int], float]:
     """transformers' own generate, greedy; prompt lookup when asked."""
     x = torch.tensor([ids], device=bundle.device)
-    extra = {"prompt_lookup_num_tokens": 10} if lookup else {}
+    extra = {"prompt_lookup_num_tokens": HF_LOOKUP_TOKENS} if lookup else {}
     t0 = time.perf_counter()
     out = bundle.target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new, do_sample=False,
                                  **extra)
@@ -57,7 +64,7 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
     encoded = [encode_prompt(bundle.tokenizer, p) for p in prompts]
     for m in methods:  # warm-up: first calls pay for allocation and kernel selection
         if m in OURS:
-            run(bundle, encoded[0], cfg_for(m).__class__(**{**cfg_for(m).__dict__, "max_new_tokens": 8}))
+            run(bundle, encoded[0], replace(cfg_for(m), max_new_tokens=8))
         else:
             _hf(bundle, encoded[0], 8, m == "hf_lookup")
     totals = {m: {"tokens": 0, "wall": 0.0, "forwards": 0, "match": 0} for m in methods}
@@ -99,9 +106,47 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
             "matches_vanilla": t["match"] / len(encoded) if has_ref else None,  # None: no greedy reference ran
             "new_tokens": t["tokens"],
             "wall_s": t["wall"],
+            "label": LABELS[m],
+            "settings": settings_of(cfg_for(m)) if m in OURS else
+            {"max_new_tokens": max_new, **({"prompt_lookup_num_tokens": HF_LOOKUP_TOKENS} if m == "hf_lookup" else {})},
         }
     return {"methods": result, "prompts": len(encoded), "max_new_tokens": max_new, "per_prompt": per_prompt,
             "per_prompt_forwards": per_forwards, "per_prompt_tokens": per_tokens}
+
+
+def equal_budgets(bundle, prompts: list[str], shared: Shared, progress=print) -> dict:
+    """The dynamic tree's own gain, independent of speed: mean accept length of EAGLE-2 (depth and top-k as
+    given, no additions) and of EAGLE-1 (mc_sim_7b_63 cut breadth first) at each budget of EQUAL_BUDGETS nodes,
+    replayed exactly from one greedy decode of each prompt with the largest tree of each kind, both drafting over
+    the same vocabulary. Accept lengths are pooled as the bench counts them (`replay.replay_runs`)."""
+    from .api import run
+    from .engine import encode_prompt
+    from .replay import replay_runs
+
+    top = max(EQUAL_BUDGETS)
+    base = replace(shared, total_tokens=top, temperature=0.0, tree=None, tuned={})
+    dyn, static = config_for("eagle2", base), config_for("eagle1", base)
+    runs: dict[str, list] = {"eagle2": [], "eagle1": []}
+    for i, text in enumerate(prompts):
+        ids = encode_prompt(bundle.tokenizer, text)
+        for m, cfg in (("eagle2", dyn), ("eagle1", static)):
+            runs[m].append([r for r in run(bundle, ids, cfg).records if r.nodes])
+        progress(f"equal budgets: prompt {i + 1}/{len(prompts)} recorded")
+    return {"nodes": list(EQUAL_BUDGETS), "eagle2_depth": dyn.depth, "eagle2_top_k": dyn.top_k,
+            "eagle1_tree": STATIC_PRESET, "draft_tokens": dyn.draft_tokens,
+            "eagle2": [round(replay_runs(runs["eagle2"], n, dyn.depth), 4) for n in EQUAL_BUDGETS],
+            "eagle1": [round(replay_runs(runs["eagle1"], n, 0, static=True), 4) for n in EQUAL_BUDGETS]}
+
+
+def format_equal_budgets(eq: dict) -> str:
+    """The equal-budget replay as two rows of accept lengths."""
+    show = [n for n in eq["nodes"] if n in (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 26)]
+    idx = [eq["nodes"].index(n) for n in show]
+    rows = [f"tau at equal budgets (replayed; EAGLE-2 depth {eq['eagle2_depth']}, top-k {eq['eagle2_top_k']}; "
+            f"EAGLE-1 {eq['eagle1_tree']} cut breadth first)",
+            f"{'nodes':<8}" + "".join(f"{n:>6}" for n in show)]
+    rows += [f"{m:<8}" + "".join(f"{eq[m][i]:>6.2f}" for i in idx) for m in ("eagle2", "eagle1")]
+    return "\n".join(rows)
 
 
 def by_category(res: dict, categories: list[str | None]) -> dict[str, dict[str, float | None]]:
@@ -131,39 +176,47 @@ def format_categories(cats: dict[str, dict[str, float | None]]) -> str:
 def format_table(res: dict) -> str:
     def f(v, fmt):
         return "-" if v is None else format(v, fmt)
-    rows = [f"{'method':<10} {'tau':>6} {'tok/s':>8} {'x vanilla':>10} {'x hf':>7} {'= greedy':>9}"]
+    rows = [f"{'method':<20} {'tau':>6} {'tok/s':>8} {'x vanilla':>10} {'x hf':>7} {'= greedy':>9}  settings"]
     for m, r in res["methods"].items():
-        rows.append(f"{m:<10} {f(r['mean_accept_length'], '.2f'):>6} {r['tokens_per_s']:>8.2f} "
+        rows.append(f"{m:<20} {f(r['mean_accept_length'], '.2f'):>6} {r['tokens_per_s']:>8.2f} "
                     f"{f(r['speedup_vs_vanilla'], '.2f'):>10} {f(r['speedup_vs_hf_greedy'], '.2f'):>7} "
-                    f"{f(r['matches_vanilla'], '.2f'):>9}")
+                    f"{f(r['matches_vanilla'], '.2f'):>9}  {describe_settings(r['settings'])}")
     return "\n".join(rows)
+
+
+def describe_settings(s: dict) -> str:
+    """A method's settings in a few words for the table."""
+    if "tree" in s:
+        return f"{s['total_tokens']}-node static tree" + (f", {s['draft_tokens']} draft tokens" if s["draft_tokens"] else "")
+    if "depth" not in s:
+        return ""
+    text = f"{s['total_tokens']} nodes, depth {s['depth']}, top-k {s['top_k']}"
+    if "min_prob" in s:
+        text = f"up to {s['total_tokens']} nodes, floors {s['min_prob']:g}/{s['expand_prob']:g}, depth {s['depth']}"
+    return text + (f", {s['draft_tokens']} draft tokens" if s.get("draft_tokens") else "")
 
 
 def cmd_bench(args: argparse.Namespace) -> None:
     import sys
 
-    from .__main__ import config_from, resolve_auto, wants_tuning
+    from .cli_common import config_from, prepare, tune_shared
     from .loading import load
+    from .methods import budget_note
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    bad = [m for m in methods if m not in OURS + PEERS]
-    if bad:
-        raise ValueError(f"unknown method(s) {bad}; choose from {', '.join(OURS + PEERS)}")
     rows = read_rows(args.prompts, args.limit)
     prompts = [text for text, _ in rows]
     if not prompts:
         raise ValueError(f"no prompts in {args.prompts}")
     if args.temperature != 0.0 and any(m in PEERS for m in methods):
         raise ValueError("hf_greedy and hf_lookup are greedy baselines: use --temperature 0")
-    auto = wants_tuning(args, methods)
-    if auto and args.sweep:
+    if args.sweep and args.total_tokens == "auto":
         raise ValueError("--sweep tries many sizes itself: give --total-tokens a number")
     if args.sweep and (args.min_prob or args.expand_prob):
         raise ValueError("--sweep measures fixed tree sizes: leave out --min-prob and --expand-prob")
+    shared, auto = prepare(args, [] if args.sweep else methods)
     bundle = load(args.model, args.head, args.device, args.kernels, args.draft_dtype)
     print(bundle.describe(), file=sys.stderr)
-    if auto:
-        resolve_auto(args, bundle)
     if args.sweep:
         from .sweep import run_sweep, write_plots
 
@@ -176,15 +229,31 @@ def cmd_bench(args: argparse.Namespace) -> None:
         Path(f"{prefix}.json").write_text(json.dumps({"device": bundle.describe(), "rows": rows}, indent=2))
         print("wrote", ", ".join(write_plots(rows, prefix) + [f"{prefix}.json"]), file=sys.stderr)
         return
-    res = run_bench(bundle, prompts, methods, lambda m: config_from(args, m), args.max_new_tokens,
+    tuned = None
+    if auto:
+        shared, tuned = tune_shared(args, bundle, methods, shared)
+    note = budget_note(shared, methods)
+    if note:
+        print(note, file=sys.stderr)
+    res = run_bench(bundle, prompts, methods, lambda m: config_for(m, shared), args.max_new_tokens,
                     progress=lambda s: print(s, file=sys.stderr))
-    res.update(device=bundle.describe(), settings={k: v for k, v in vars(args).items() if k != "func"})
+    res.update(device=bundle.describe(), settings={k: v for k, v in vars(args).items() if k != "func"},
+               comparison="each method at its own tuned best on this machine" if auto else
+               "the node budget given (EAGLE-1's tree cut to it)" if args.tree is None else "the settings given")
+    if tuned:
+        res["tuned"] = tuned
+    if note:
+        res["note"] = note
     cats = by_category(res, [c for _, c in rows])
     if cats:
         res["categories"] = cats
+    print(f"comparison: {res['comparison']}")
     print(format_table(res))
     if len(cats) > 1:
         print(format_categories(cats))
+    if args.equal_budgets and shared.temperature == 0.0 and any(m in OURS and m != "vanilla" for m in methods):
+        res["equal_budgets"] = equal_budgets(bundle, prompts, shared, progress=lambda s: print(s, file=sys.stderr))
+        print(format_equal_budgets(res["equal_budgets"]))
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))
 
@@ -193,7 +262,11 @@ def add_parser(sub, decode_args) -> None:
     b = sub.add_parser("bench", help="compare methods on a prompt file")
     b.add_argument("--prompts", required=True, help="Spec-Bench / MT-bench jsonl")
     b.add_argument("--limit", type=int, default=None)
-    b.add_argument("--methods", default="vanilla,eagle1,eagle2")
+    b.add_argument("--methods", default="vanilla,eagle1,eagle2",
+                   help=f"comma-separated, of {', '.join(OURS + PEERS)}")
+    b.add_argument("--no-equal-budgets", dest="equal_budgets", action="store_false",
+                   help="skip the replay of EAGLE-2 against EAGLE-1 at equal budgets (2-26 nodes; one more greedy "
+                        "decode of each prompt with each tree kind's largest tree)")
     b.add_argument("--json", default=None, help="write results to this file")
     b.add_argument("--sweep", action="store_true", help="sweep tree size and depth for both tree kinds")
     b.add_argument("--sweep-out", default="docs/sweep", help="path prefix of the sweep's .json/.html/.png")

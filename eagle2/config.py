@@ -65,6 +65,17 @@ def parse_tree(spec: str | list, top_k: int) -> tuple[tuple[int, ...], ...]:
     return tuple(sorted(paths, key=lambda p: (len(p), p)))
 
 
+STATIC_PRESET = "mc_sim_7b_63"  # EAGLE-1's tree: 25 nodes + root, depth 5
+
+
+def cut_tree(paths: tuple[tuple[int, ...], ...], total_tokens: int) -> tuple[tuple[int, ...], ...]:
+    """A static tree cut breadth first to `total_tokens` verified nodes, root included: its first
+    `total_tokens - 1` paths in level order (parents come before children, so the cut is a tree). A budget at
+    or above the whole tree's size keeps it whole."""
+    ordered = sorted(paths, key=lambda p: (len(p), p))
+    return tuple(ordered[:max(total_tokens - 1, 1)])
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     """Everything that shapes one decode. Validated on construction."""
@@ -102,7 +113,7 @@ class DecodeConfig:
         if not isinstance(self.lookup, bool):
             raise ValueError(f"lookup must be true or false, not {self.lookup!r}")
         if not self.tree:
-            object.__setattr__(self, "tree", parse_tree("mc_sim_7b_63", max(self.top_k, 4)))
+            object.__setattr__(self, "tree", parse_tree(STATIC_PRESET, max(self.top_k, 4)))
         need = self.top_k if self.method == "eagle2" else self.static_top_k
         if self.draft_tokens and self.method != "vanilla" and self.draft_tokens < need:
             raise ValueError(f"draft_tokens={self.draft_tokens} is fewer than the {need} candidates the draft "
@@ -112,6 +123,14 @@ class DecodeConfig:
     def sized(self) -> bool:
         """Whether EAGLE-2 sizes its tree per step (either floor set): its size then varies from step to step."""
         return self.min_prob > 0 or self.expand_prob > 0
+
+    @property
+    def name(self) -> str:
+        """The method this config runs, by its name (eagle2/methods.py): `eagle2` is the paper's algorithm only;
+        confidence sizing and the prompt-lookup branch are this project's additions and carry their own names."""
+        if self.method != "eagle2":
+            return self.method
+        return "eagle2" + ("_sized" if self.sized else "") + ("_lookup" if self.lookup else "")
 
     @property
     def greedy(self) -> bool:

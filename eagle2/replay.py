@@ -56,6 +56,11 @@ def size_curve(records: list[StepRecord], max_nodes: int, static: bool = False) 
     return [sum(col) / len(steps) for col in zip(*per_step)]
 
 
+def recorded_top_k(r: StepRecord) -> int:
+    """Children the recording drafted per expanded node: the root's, counting draft-ranked ones only."""
+    return sum(1 for n in r.nodes[1:] if n.parent == 0 and n.source != "lookup")
+
+
 def replay_tau(records: list[StepRecord], total_tokens: int, depth: int) -> float:
     """Mean accept length the smaller tree (see `replayed_step`) would have had on these recorded steps."""
     steps = [r for r in records if r.nodes]
@@ -64,19 +69,54 @@ def replay_tau(records: list[StepRecord], total_tokens: int, depth: int) -> floa
     return sum(replayed_step(r, total_tokens, depth) for r in steps) / len(steps)
 
 
-def replay_runs(runs: list[list[StepRecord]], total_tokens: int, depth: int) -> float:
+def accept_top_k(r: StepRecord, total_tokens: int, depth: int, top_k: int) -> int:
+    """Tokens one recorded step would have produced had EAGLE-2 drafted with a smaller `top_k` (at most the
+    recording's): the root's best `top_k` children, then level by level the best `top_k` frontier nodes by score
+    expanded into their best `top_k` children, and the best `total_tokens - 1` of that pool kept, walking the
+    target's recorded choices. A node this growth expands that the recording did not expand has no recorded
+    children; it adds none (the recording's own rerank left it far from the kept tree), so for such steps the
+    result is a lower bound."""
+    kids: dict[int, list] = {}
+    for n in r.nodes[1:]:
+        kids.setdefault(n.parent, []).append(n)
+    frontier = [n for n in kids.get(0, []) if n.rank < top_k]
+    pool = list(frontier)
+    for _ in range(1, depth):
+        grow = sorted(frontier, key=lambda n: -n.score)[:top_k]  # stable: earlier-drafted first on ties
+        frontier = [c for n in grow for c in kids.get(n.id, []) if c.rank < top_k]
+        if not frontier:
+            break
+        pool += frontier
+    kept = sorted(pool, key=lambda n: -n.score)[:total_tokens - 1]
+    child = {(n.parent, n.token): n for n in kept}
+    node, tokens = r.nodes[0], 1
+    while node.target_token is not None and (node.id, node.target_token) in child:
+        node = child[(node.id, node.target_token)]
+        tokens += 1
+    return tokens
+
+
+def replay_runs(runs: list[list[StepRecord]], total_tokens: int, depth: int, top_k: int | None = None,
+                static: bool = False) -> float:
     """Accept length of the smaller tree over several decodes, as a bench counts it: all their tokens over
     all the steps it would have taken. A decode that the big tree covered in few steps (an answer that
     repeats itself) would take the small tree many more, so pooling the recorded steps would underweight it
     and overrate big trees: each decode's tokens are divided by its own replayed accept length instead
-    (tokens / tau steps). Replay against real decodes of the eight tuning prompts at 128 tokens: within
-    1.4% for 3-10 nodes at depths 2-4, where pooling the steps was 0.6-2.7% low."""
+    (tokens / tau steps). `top_k`: EAGLE-2 drafting fewer children per node (`accept_top_k`); `static`: an
+    EAGLE-1 recording cut to its first `total_tokens - 1` nodes (`depth` unused)."""
+    def step(r: StepRecord) -> int:
+        if static:
+            return accept_by_size(r, total_tokens, static=True)[-1]
+        if top_k is not None and top_k < recorded_top_k(r):
+            return accept_top_k(r, total_tokens, depth, top_k)
+        return replayed_step(r, total_tokens, depth)
+
     tokens = steps = 0.0
     for records in runs:
         drafted = [r for r in records if r.nodes]
         if drafted:
             n = sum(len(r.accepted) + 1 for r in drafted)  # the tokens those steps covered
-            tokens, steps = tokens + n, steps + n / replay_tau(drafted, total_tokens, depth)
+            tokens, steps = tokens + n, steps + n * len(drafted) / sum(step(r) for r in drafted)
     if not steps:
         raise ValueError("no drafted steps to replay")
     return tokens / steps

@@ -9,7 +9,7 @@ import pytest
 
 from eagle2.api import decoder_for
 from eagle2.autotune import EXPAND_TIMES, MARGIN, MIN_PROBS, Option, choose, label, time_verify, tune, warmup_texts
-from eagle2.replay import accept_with_floors, replay_runs, replay_tau
+from eagle2.replay import accept_top_k, accept_with_floors, replay_runs, replay_tau
 from eagle2.config import DecodeConfig
 from eagle2.engine import Decoder, encode_prompt
 
@@ -123,26 +123,59 @@ def test_choose_counts_a_sized_tree_by_its_mean_rows():
     assert fixed.nodes == 6.0 and sized.nodes == 5.6
 
 
-def test_tune_measures_every_option_and_chooses_among_them(tiny):
+def test_tune_measures_every_option_of_each_method_and_chooses_among_them(tiny):
     dec = _decoder(tiny)
-    best, options = tune(dec, PROMPTS[:2], DecodeConfig(top_k=4), sizes=(2, 4, 8), depths=(1, 3, 4), max_new_tokens=12)
-    fixed = [o for o in options if not o.min_prob]
-    floored = [o for o in options if o.min_prob]  # caps up to the largest size, depths timed: 8 nodes, depth 4
-    assert len(fixed) == 9 and len(floored) == len(MIN_PROBS) * len(EXPAND_TIMES)
+    t = tune(dec, PROMPTS[:2], DecodeConfig(top_k=4), sizes=(2, 4, 8), depths=(1, 3, 4), top_ks=(2, 4, 10),
+             max_new_tokens=12)
+    assert set(t.chosen) == set(t.options) == {"eagle2", "eagle2_sized", "eagle1"}
+    fixed, floored, static = t.options["eagle2"], t.options["eagle2_sized"], t.options["eagle1"]
+    assert len(fixed) == 3 * 3 * 2 and {o.top_k for o in fixed} == {2, 4}  # top-k above the recording's is dropped
+    assert not any(o.min_prob for o in fixed) and all(o.method == "eagle2" for o in fixed)
+    # floors at caps up to the largest size, depths timed: 8 nodes, depth 4
+    assert len(floored) == len(MIN_PROBS) * len(EXPAND_TIMES) and all(o.min_prob > 0 for o in floored)
     assert all(o.total_tokens == 8 and o.depth == 4 and 1 <= o.nodes <= 8 for o in floored)
-    assert best == choose(options) and best in options
-    assert all(o.step_ms > 0 and o.tau >= 1 for o in options)
-    assert [o.tokens_per_s for o in options] == sorted((o.tokens_per_s for o in options), reverse=True)
+    assert sorted(o.total_tokens for o in static) == [2, 4, 8] and [o.depth for o in sorted(
+        static, key=lambda o: o.total_tokens)] == [1, 1, 2]  # mc_sim_7b_63 cut: 1, 3 and 7 nodes
+    for m, opts in t.options.items():
+        assert t.chosen[m] == choose(opts) and all(o.step_ms > 0 and o.tau >= 1 for o in opts)
+        assert [o.tokens_per_s for o in opts] == sorted((o.tokens_per_s for o in opts), reverse=True)
+    settings = t.settings()
+    assert "depth" not in settings["eagle1"] and "min_prob" not in settings["eagle2"]
+    assert settings["eagle2_sized"]["min_prob"] == t.chosen["eagle2_sized"].min_prob
     cost = time_verify(dec, PROMPTS[0], (2, 8))
     assert set(cost) == {2, 8} and all(v > 0 for v in cost.values())
 
 
-def test_tune_tries_each_draft_vocabulary_and_keeps_the_fastest(tiny):
+def test_tune_tries_each_draft_vocabulary_and_keeps_the_fastest_for_every_tree(tiny):
     dec = _decoder(tiny)
-    best, options = tune(dec, PROMPTS[:2], DecodeConfig(top_k=4), sizes=(2, 4), depths=(1, 3), max_new_tokens=8,
-                         sized=False, draft_tokens=(0, 6))
-    per_vocab = {v: [o for o in options if o.draft_tokens == v] for v in (0, 6)}
-    assert len(per_vocab[0]) == len(per_vocab[6]) == 4 and len(options) == 8  # each vocabulary measured on its own
-    assert best == max((choose(o) for o in per_vocab.values()), key=lambda o: o.tokens_per_s)
+    t = tune(dec, PROMPTS[:2], DecodeConfig(top_k=4), methods=("eagle2", "eagle1"), sizes=(2, 4), depths=(1, 3),
+             top_ks=(4,), max_new_tokens=8, draft_tokens=(0, 6))
+    per_vocab = {v: [o for o in t.options["eagle2"] if o.draft_tokens == v] for v in (0, 6)}
+    assert len(per_vocab[0]) == len(per_vocab[6]) == 4  # each vocabulary measured on its own
+    best = max((choose(o) for o in per_vocab.values()), key=lambda o: o.tokens_per_s)
+    assert t.chosen["eagle2"] == best and t.draft_tokens == best.draft_tokens
+    assert {o.draft_tokens for o in t.options["eagle1"]} == {best.draft_tokens}  # EAGLE-1 drafts over the same
+    assert "eagle2_sized" not in t.chosen
     assert "drafting over 6 tokens" in label(replace(best, draft_tokens=6))
     assert "drafting" not in label(replace(best, draft_tokens=0))
+
+
+def test_a_smaller_top_k_replays_what_the_engine_accepts(tiny):
+    """Replaying a top-4 recording at top-k 2 or 3: exact at depth 2 (every root child it expands was expanded
+    in the recording), and never above the engine's own count deeper down."""
+    target, head, tok = tiny
+    dec = Decoder(target, head, tok, eos_ids=set())
+    dec.prune = False  # the recording expands every node it may
+    big = DecodeConfig(total_tokens=40, depth=5, top_k=4, max_new_tokens=2)
+    exact = below = 0
+    for ids in PROMPTS:
+        first = list(dec.run(ids, big))[1]
+        for n, d, k in [(3, 2, 2), (6, 2, 3), (8, 4, 2), (12, 5, 3)]:
+            small = list(dec.run(ids, replace(big, total_tokens=n, depth=d, top_k=k)))[1]
+            got, want = accept_top_k(first, n, d, k), len(small.accepted) + 1
+            if d == 2:
+                assert got == want, (ids, n, d, k)
+            assert got <= want
+            exact += got == want
+            below += got < want
+    assert exact >= 0.9 * (exact + below)

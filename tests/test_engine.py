@@ -217,6 +217,48 @@ def test_prompt_lookup_branch_is_lossless_and_verified_on_top_of_the_tree(tiny):
     assert lookup_only > 0 and unscored > 0  # lookup tokens the draft did not propose, some past its depth
 
 
+def test_lookup_branch_nodes_compete_for_the_budget_against_a_run_without_it(tiny):
+    """The branch's nodes join EAGLE-2's pool with their own draft scores (its node on each level is expanded
+    even outside the top-k), so the rerank's total_tokens - 1 slots go to the best of the whole pool: a branch
+    node that scores high enough takes a slot a drafted node had in the run without the branch; branch nodes
+    left out are verified on top. Compared on the first step, where both runs start from the same state."""
+    target, head, tok = tiny
+    dec = Decoder(target, head, tok, eos_ids=set())
+    cfg = DecodeConfig(method="eagle2", max_new_tokens=2, total_tokens=6, depth=3, top_k=2, lookup_tokens=4)
+    took_slot = 0
+    for shift in range(12):
+        prompt = [(t + shift) % 16 for t in REPEATING]
+        plain = list(dec.run(prompt, cfg))[1]
+        branch = list(dec.run(prompt, DecodeConfig(**{**cfg.__dict__, "lookup": True})))[1]
+
+        def paths(r, ids):
+            by_id = {n.id: n for n in r.nodes}
+            out = set()
+            for i in ids:
+                path, n = [], by_id[i]
+                while n.parent >= 0:
+                    path.append(n.token)
+                    n = by_id[n.parent]
+                out.add(tuple(reversed(path)))
+            return out
+
+        chain = continuation(prompt + [plain.nodes[0].token], cfg.lookup_tokens)
+        kept_plain = paths(plain, [n.id for n in plain.nodes if n.status == KEPT])
+        if not chain:  # nothing to copy: the same tree as without the branch
+            assert paths(branch, [n.id for n in branch.nodes if n.status == KEPT]) == kept_plain
+            continue
+        drafted = [n for n in branch.nodes if n.depth <= cfg.depth]
+        ranked = select_dynamic(drafted, cfg.total_tokens - 1)[1:]  # the rerank's picks, branch nodes included
+        verified = [n.id for n in branch.nodes if n.status == KEPT]
+        assert len(verified) <= cfg.total_tokens - 1 + len(chain)
+        if paths(branch, ranked) - paths(plain, [n.id for n in plain.nodes]):
+            took_slot += 1  # a node the run without the branch never drafted holds one of the slots ...
+            assert not kept_plain <= paths(branch, verified)  # ... which one of its drafted nodes had
+    assert took_slot > 0
+    # the names say which ran
+    assert DecodeConfig(**{**cfg.__dict__, "lookup": True}).name == "eagle2_lookup" and cfg.name == "eagle2"
+
+
 def test_lookup_setting_is_validated():
     with pytest.raises(ValueError, match="lookup"):
         DecodeConfig(lookup="yes")
