@@ -1,10 +1,11 @@
-# `make run` starts the app on http://127.0.0.1:7860; `make test` runs every test. Both set up .venv first.
+# `make run` starts the app on http://127.0.0.1:7860; `make test` runs every test, `make test-fast` those that
+# need neither the real model nor a browser. All set up .venv first.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test setup bench clean
+.PHONY: run test test-fast setup bench clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PY) -m venv $(VENV)
@@ -22,8 +23,11 @@ run: $(STAMP)
 test: $(STAMP)
 	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q tests
 
+test-fast: $(STAMP)
+	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q -m "not slow and not browser" tests
+
 bench: $(STAMP)
-	$(BIN)/python -m eagle2 bench --prompts ../shared/data/mt_bench.jsonl --limit 10 --methods hf_greedy,hf_lookup,vanilla,eagle1,eagle2,eagle2_lookup --json bench.json
+	$(BIN)/python -m eagle2 bench --prompts assets/bench/mt_bench.jsonl --limit 10 --methods hf_greedy,hf_lookup,vanilla,eagle1,eagle2,eagle2_lookup --json bench.json
 
 clean:
 	rm -rf $(VENV)

@@ -5,7 +5,7 @@ head (`repeat_kv`: the whole cache, in every layer) whenever several query rows 
 every tree verify and every draft level. PyTorch's SDPA can read the grouped heads directly
 (`enable_gqa=True`). `tree_sdpa` does that for masked multi-row queries and hands every other call to
 transformers' own function, so prefill and one-token steps are untouched. The result is the same to the bit
-(tests/test_attention.py); a verify of 8-26 nodes got 3-8 ms faster on the project's CPU (README).
+(tests/test_attention.py); what it saves per verify is in docs/how-it-works.md.
 
 `use_tree_sdpa(model)` registers the function under NAME, for attention and for mask building (the same
 masks as "sdpa"), and switches a model that runs "sdpa" to it.

@@ -269,6 +269,6 @@ def add_parser(sub, decode_args) -> None:
                         "decode of each prompt with each tree kind's largest tree)")
     b.add_argument("--json", default=None, help="write results to this file")
     b.add_argument("--sweep", action="store_true", help="sweep tree size and depth for both tree kinds")
-    b.add_argument("--sweep-out", default="docs/sweep", help="path prefix of the sweep's .json/.html/.png")
+    b.add_argument("--sweep-out", default="out/sweep", help="path prefix of the sweep's .json/.html/.png")
     decode_args(b)
     b.set_defaults(func=cmd_bench)

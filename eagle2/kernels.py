@@ -1,20 +1,17 @@
 """CPU matmuls through oneDNN with prepacked weights, for inference.
 
 On CPUs where PyTorch's default float32 BLAS is slow for the shapes decoding uses (one row, or the few
-dozen rows of a verified tree), oneDNN with weights reordered once into its blocked layout is much faster;
-see README (How it works) for the measured times. The result is the same float32 product up to rounding
+dozen rows of a verified tree), oneDNN with weights reordered once into its blocked layout is much faster
+(docs/how-it-works.md has the measured times). The result is the same float32 product up to rounding
 order, as with any other kernel. Every user of the patched model (our methods and transformers' own
 `generate` in the bench) runs the same kernels, so comparisons stay fair.
 
-Which kernel is faster depends on the CPU and the row count: on an Intel Xeon with AMX, PyTorch's own kernel
-streams the weights faster for one to three rows (a one-token forward of the embedded model: 40 ms against
-46), oneDNN's packed one from four rows on; on an AMD EPYC oneDNN won from one row. So `use_onednn` times
-both over the model's own layers at load (`stock_rows`) and keeps PyTorch's kernel for inputs up to the
-last row count where it was faster: one-token decoding (transformers' `generate` included) never runs
-the slower kernel. Where our own row kernel builds (eagle2/rowkernel.py: AVX-512, float32), it is timed
-the same way against that choice (`own_rows`) and takes the row counts up to its first loss: on the Xeon
-it streams the weights as fast as PyTorch's kernel at one row and keeps 8 rows within a third more, where
-oneDNN's packed kernel costs three quarters more (scratch timing over the embedded model's layers).
+Which kernel is faster depends on the CPU and the row count: on some CPUs PyTorch's own kernel streams the
+weights faster for one to three rows, on others oneDNN's wins from one row. So `use_onednn` times both over
+the model's own layers at load (`stock_rows`) and keeps PyTorch's kernel for inputs up to the last row count
+where it was faster: one-token decoding (transformers' `generate` included) never runs the slower kernel.
+Where our own row kernel builds (eagle2/rowkernel.py: AVX-512, float32), it is timed the same way against
+that choice (`own_rows`) and takes the row counts up to its first loss.
 
 Only inference is patched: when autograd is recording, the original `nn.Linear.forward` runs.
 """

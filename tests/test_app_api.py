@@ -88,7 +88,7 @@ def test_concurrent_sessions_each_get_their_own_run(url, embedded):
 def test_stop_ends_a_long_run_and_the_next_one_works(client):
     import time
 
-    # 1024 tokens (the story does not end before; about 75 s for both trees on the Xeon): long enough that a
+    # 1024 tokens (the story does not end before; over a minute for both trees on 2 CPU cores): long enough that a
     # client lagging behind the stream on a slow machine still finds the run going when it asks to stop
     job = client.submit("Tell me a long story about a dragon.", max_new_tokens=1024, run_plain=False,
                         api_name="/generate")

@@ -51,7 +51,7 @@ def test_replay_with_floors_equals_running_the_tree_sized_by_confidence(embedded
         dec.prune = False
         # Depth caps up to 5: deeper, the bf16 draft's scores drift by up to ~0.1 between the big and the sized
         # run (it rounds by batch, and a sized level batches fewer nodes), so a deep node's side of a floor is
-        # not reproducible; up to depth 5 they agreed within 0.005 (session 29).
+        # not reproducible; up to depth 5 they agreed within 0.005.
         for n, d, p, x in [(8, 4, 0.05, 3), (12, 5, 0.03, 4), (26, 5, 0.04, 3), (6, 4, 0.12, 2)]:
             small_cfg = replace(big, total_tokens=n, depth=d, min_prob=p, expand_prob=p * x)
             for t, first_big in zip(texts, firsts):
@@ -108,7 +108,7 @@ def test_choose_takes_the_fewest_nodes_near_the_fastest_at_their_best_depth():
     assert fewer and all(o.tokens_per_s < (1 - MARGIN) * fastest.tokens_per_s for o in fewer)
     assert all(o.tokens_per_s <= got.tokens_per_s for o in opts if o.total_tokens == got.total_tokens)
     assert (got.total_tokens, got.depth) == (4, 3) and got != fastest
-    # a shallower tree of the same size inside the margin does not win on being shallower (session 20's case)
+    # a shallower tree of the same size inside the margin does not win on being shallower
     near = [Option(3, 2, 1.914, 122.3), Option(6, 3, 2.382, 155.6), Option(3, 1, 1.676, 110.1)]
     assert (choose(near).total_tokens, choose(near).depth) == (3, 2)
 

@@ -34,7 +34,7 @@ def test_repeated_runs_keep_compact_records_and_flat_memory(embedded):
     sizes = [r["trace_kb"] for r in rows]
     assert max(sizes) < 1.01 * min(sizes), sizes
     growth = rows[-1]["rss_mb"] - rows[1]["rss_mb"]
-    assert growth < 40, f"resident memory grew {growth:.1f} MiB over runs 2-4: {rows}"
+    assert growth < 40, f"resident memory grew {growth:.1f} MiB from the second run to the last: {rows}"
 
 
 def test_step_records_hold_plain_data_only(embedded):

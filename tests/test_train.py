@@ -161,8 +161,10 @@ def test_train_resume_and_export(target, tmp_path):
     write_card(tmp_path / "head", [data], state, full)
     card = (tmp_path / "head" / "README.md").read_text()
     assert "CC BY-NC 4.0" in card and f"{full['heldout']['top1']:.3f}" in card and f"{state['step']} steps" in card
-    assert f"at depth 3, fed its own depth-2 feature: {full['heldout']['depth3_top1']:.3f}" in card
-    assert "depth 1 only" in card
+    row = " | ".join(f"{full['heldout'][k]:.3f}" for k in ("top1", "top3", "top10", "depth2_top1", "depth3_top1"))
+    assert "| depth-2 top-1 | depth-3 top-1 |" in card and f"| {row} |" in card  # the held-out table
+    assert "depth 1 only" in card and card.startswith("---\nlicense: cc-by-nc-4.0\nbase_model: ")
+    assert not any(w.startswith("/") for w in card.split("## How to reproduce")[1].split())  # no machine paths
     soft = {**state, "config": {**state["config"], "ce_target": "soft", "ce_temperature": 0.5, "unroll": 3,
                                 "unroll_weight": 0.5}}
     (tmp_path / "soft").mkdir()
@@ -385,7 +387,7 @@ def test_shipped_heldout_rows_are_the_cards_held_out_prompts():
     rows = data["rows"]
     assert len(rows) == len(set(rows)) == 161 and data["heldout_every"] == 25
     assert all(256 <= r < 2500 or 3250 <= r < 5000 for r in rows)
-    assert "161 held-out answers" in Path("README.md").read_text()
+    assert "161 held-out answers" in Path("assets/smollm2-135m-eagle/README.md").read_text()
 
 
 def test_generation_dtype_is_the_devices_unless_bf16_is_asked_for_and_native():

@@ -1,11 +1,11 @@
 """Command line for draft-head training: `train instructions`, `generate`, `fit`, `evaluate`, `export`.
 
-    python -m eagle2 train instructions --count 2000 --exclude mt_bench.jsonl --out /data/own_prompts.jsonl
-    python -m eagle2 train generate --prompts alpaca.json --out /data/selfdistill
-    python -m eagle2 train fit --data /data/selfdistill --out /data/ckpt --epochs 2
-    python -m eagle2 train evaluate --data /data/selfdistill --ckpt /data/ckpt
-    python -m eagle2 train heldout --data /data/selfdistill --out heldout_rows.json   # regenerate with --rows
-    python -m eagle2 train export --data /data/selfdistill --ckpt /data/ckpt --save-head assets/smollm2-135m-eagle
+    python -m eagle2 train instructions --count 2000 --exclude assets/bench/mt_bench.jsonl --out data/own_prompts.jsonl
+    python -m eagle2 train generate --prompts data/own_prompts.jsonl --out data/selfdistill
+    python -m eagle2 train fit --data data/selfdistill --out data/ckpt --epochs 2
+    python -m eagle2 train evaluate --data data/selfdistill --ckpt data/ckpt
+    python -m eagle2 train heldout --data data/selfdistill --out heldout_rows.json   # regenerate with --rows
+    python -m eagle2 train export --data data/selfdistill --ckpt data/ckpt --save-head assets/smollm2-135m-eagle
 """
 from __future__ import annotations
 
