@@ -13,11 +13,11 @@ from typing import Any
 import gradio as gr
 
 from app_parts import actions
-from app_parts.presets import CACHE, ModelPreset, load_presets, model_info
+from app_parts.presets import CACHE, ModelPreset, default_sizing, load_presets, model_info
 from app_parts.runner import Update, generate
 from app_parts.session import TREE_METHODS, RunControl, Session
-from app_parts.settings import (MAX_PROMPT_CHARS, RunRequest, budget_markdown, load_examples, sglang_flags,
-                                static_tree, tree_choices)
+from app_parts.settings import (CUSTOM, CUT, MAX_PROMPT_CHARS, PAGE_MAX_NEW, SIZINGS, RunRequest, budget_markdown,
+                                load_examples, sglang_flags, static_tree, tree_choices)
 from app_parts.views import LABELS, analysis_views, metrics_markdown, text_view, tree_view, warm_up
 from eagle2.config import ASSETS, LIMITS, DecodeConfig
 from eagle2.loading import Bundle
@@ -30,8 +30,8 @@ except ImportError:
 HEADER = """# EAGLE-2 draft trees, step by step
 A real model decodes your prompt twice with speculative decoding: **EAGLE-2** builds a new draft tree
 at every step from the draft head's confidence, **EAGLE-1** uses one fixed tree. Both use the same
-head and the same number of verified nodes. Watch each step's tree, what the target accepted and
-what it pruned, then scrub back through the steps."""
+head and, by default, the same number of verified nodes: the size that runs fastest on this machine.
+See each step's tree, what the target accepted and what it pruned, and scrub back through the steps."""
 CUSTOM_EXAMPLE = "[[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 1], [0, 0, 0, 0]]"
 
 
@@ -63,29 +63,32 @@ def _controls(ui: SimpleNamespace) -> None:
     gr.Examples([[e["prompt"]] for e in examples], inputs=[ui.prompt], label="Examples",
                 example_labels=[f"{e['kind']}: {e['prompt'][:38]}…" for e in examples])
     with gr.Accordion("Decoding", open=True):
-        ui.max_new = gr.Slider(*LIMITS["max_new_tokens"], value=64, step=1, label="max new tokens", elem_id="max-new")
+        ui.max_new = gr.Slider(*LIMITS["max_new_tokens"], value=PAGE_MAX_NEW, step=1, label="max new tokens",
+                               elem_id="max-new")
         ui.temperature = gr.Slider(*LIMITS["temperature"], value=d.temperature, step=0.05,
                                    label="temperature (0 = greedy)")
         ui.top_p = gr.Slider(*LIMITS["top_p"], value=d.top_p, step=0.01, label="top-p")
         ui.seed = gr.Number(value=d.seed, precision=0, minimum=0, label="seed")
+    with gr.Accordion("Tree sizes", open=True):
+        ui.sizing = gr.Radio([(text, key) for key, text in SIZINGS.items()], value=default_sizing(),
+                             label="compare the trees at", elem_id="sizing")
     with gr.Accordion("Dynamic tree (EAGLE-2)", open=True):
         ui.total = gr.Slider(*LIMITS["total_tokens"], value=d.total_tokens, step=1,
                              label="total tokens (verified per step, root included)")
         ui.depth = gr.Slider(*LIMITS["depth"], value=d.depth, step=1, label="depth")
         ui.top_k = gr.Slider(*LIMITS["top_k"], value=d.top_k, step=1, label="top-k")
         ui.min_prob = gr.Slider(*LIMITS["min_prob"], value=d.min_prob, step=0.01, elem_id="min-prob",
-                                label="size per step: keep only nodes at least this likely (cumulative draft "
-                                      "probability; 0 = no floor; total tokens stays the cap)")
+                                label="confidence sizing (ours, eagle2_sized): keep only nodes at least this likely "
+                                      "(cumulative draft probability; 0 = off, the paper's EAGLE-2)")
         ui.expand_prob = gr.Slider(*LIMITS["expand_prob"], value=d.expand_prob, step=0.01,
-                                   label="size per step: expand only nodes at least this likely (0 = no floor; depth "
-                                         "stays the cap)")
-        ui.lookup = gr.Checkbox(d.lookup, label=f"add a prompt-lookup branch (up to {d.lookup_tokens} tokens copied from the text so "
-                                "far, always verified, on top of the node budget)", elem_id="lookup")
+                                   label="confidence sizing (ours): expand only nodes at least this likely (0 = off)")
+        ui.lookup = gr.Checkbox(d.lookup, label=f"prompt-lookup branch (ours, eagle2_lookup): up to {d.lookup_tokens} "
+                                "tokens copied from the text so far join the tree", elem_id="lookup")
     with gr.Accordion("Static tree (EAGLE-1)", open=True):
-        ui.tree_dd = gr.Dropdown(tree_choices(), value="mc_sim_7b_63", label="tree")
+        ui.tree_dd = gr.Dropdown(tree_choices(), value=CUT, label="tree (with 'my settings below')")
         ui.tree_json = gr.Textbox(CUSTOM_EXAMPLE, label="custom tree: JSON list of child-rank paths", lines=3,
                                   visible=False)
-    ui.budget = gr.Markdown(budget_markdown(d.total_tokens, "mc_sim_7b_63", ""))
+    ui.budget = gr.Markdown(budget_markdown(d.total_tokens, CUT, "", sizing=default_sizing()), elem_id="budget")
     ui.with_vanilla = gr.Checkbox(True, label="also run plain decoding (for the speedup)")
     ui.show_pruned = gr.Checkbox(True, label="show pruned branches")
 
@@ -114,6 +117,7 @@ def _extras(ui: SimpleNamespace) -> None:
             ui.heat = {m: gr.Plot(fig, show_label=False) for m, fig in zip(TREE_METHODS, empty[1:3])}
         ui.accept = gr.Plot(empty[3], show_label=False)
         ui.size = gr.Plot(empty[4], show_label=False, elem_id="tree-size")
+        ui.costs = gr.Plot(empty[5], show_label=False, elem_id="tree-costs")
     with gr.Accordion("Trace and serving", open=True):
         ui.flags = gr.Code(sglang_flags(d.depth, d.top_k, d.total_tokens), language="shell",
                            label="SGLang launch flags for the same dynamic tree", interactive=False)
@@ -142,14 +146,17 @@ def _show(u: Update) -> list:
     vals += [u.captions[m] if u.captions and m in u.captions else gr.skip() for m in TREE_METHODS]
     vals += [u.texts[m] if u.texts and m in u.texts else gr.skip() for m in TREE_METHODS]
     vals.append(u.metrics if u.metrics is not None else gr.skip())
-    vals += list(u.analysis) if u.analysis else [gr.skip()] * 5
+    vals += list(u.analysis) if u.analysis else [gr.skip()] * 6
+    sizes = u.sizes or {}
+    vals += [gr.update(value=sizes[k]) if k in sizes else gr.skip() for k in ("total_tokens", "depth", "top_k")]
     return vals
 
 
 def _outputs(ui: SimpleNamespace) -> list:
     """The components _show fills, in its order."""
     return [ui.state, ui.status, ui.info, *ui.trees.values(), *ui.sliders.values(), *ui.captions.values(),
-            *ui.texts.values(), ui.metrics, ui.calib, *ui.heat.values(), ui.accept, ui.size]
+            *ui.texts.values(), ui.metrics, ui.calib, *ui.heat.values(), ui.accept, ui.size, ui.costs,
+            ui.total, ui.depth, ui.top_k]
 
 
 @_on_gpu
@@ -157,18 +164,24 @@ def _on_generate(prompt_text: str, preset_name: str, max_new_tokens: float, temp
                  top_p_value: float, seed_value: float, total_tokens: float, tree_depth: float, tree_top_k: float,
                  lookup_branch: bool, keep_floor: float, expand_floor: float,
                  static_tree_name: str, custom_tree_json: str, run_plain: bool, show_pruned_nodes: bool,
-                 control: RunControl, progress=gr.Progress()) -> Iterator[list]:
-    """Generate: stream both decoders' trees, text and metrics to this visitor's page."""
+                 control: RunControl, tree_sizing: str = "tuned", progress=gr.Progress()) -> Iterator[list]:
+    """Generate: decode with each method in turn, then draw both trees, text and metrics on this visitor's page."""
     req = RunRequest(prompt=prompt_text, preset=preset_name, max_new_tokens=max_new_tokens,
                      temperature=temperature_value, top_p=top_p_value, seed=seed_value, total_tokens=total_tokens,
                      depth=tree_depth, top_k=tree_top_k, tree_choice=static_tree_name, tree_json=custom_tree_json,
                      with_vanilla=bool(run_plain), lookup=bool(lookup_branch), min_prob=keep_floor,
-                     expand_prob=expand_floor)
+                     expand_prob=expand_floor, sizing=tree_sizing)
+
+    def report(fraction: float, message: str) -> None:
+        progress(fraction, desc=message)
 
     def loader(preset: ModelPreset) -> Bundle:
-        return CACHE.get(preset, lambda fraction, message: progress(fraction, desc=message))
+        return CACHE.get(preset, report)
 
-    for u in generate(req, loader, show_pruned=bool(show_pruned_nodes), control=control):
+    def profile(preset: ModelPreset, bundle: Bundle) -> dict | None:
+        return CACHE.profile(preset, bundle, report)
+
+    for u in generate(req, loader, show_pruned=bool(show_pruned_nodes), control=control, get_profile=profile):
         yield _show(u)
 
 
@@ -182,14 +195,23 @@ def _on_export(session: Session) -> str | None:
 
 def _on_tree(choice: str, tree_json: str, total: float, lookup: bool = False, depth: float = 0,
              min_prob: float = 0.0, expand_prob: float = 0.0) -> tuple:
-    """Show the JSON box for 'custom'; match EAGLE-2's budget to the chosen static tree."""
-    try:
-        n = len(static_tree(choice, tree_json)) + 1
-        total = min(max(n, LIMITS["total_tokens"][0]), LIMITS["total_tokens"][1])
-    except ValueError:
-        pass
-    return (gr.update(visible=choice == "custom"), gr.update(value=total),
-            budget_markdown(total, choice, tree_json, lookup, depth, min_prob, expand_prob))
+    """Show the JSON box for 'custom'; match EAGLE-2's budget to a chosen static tree; the sliders now rule."""
+    if choice != CUT:
+        try:
+            n = len(static_tree(choice, tree_json)) + 1
+            total = min(max(n, LIMITS["total_tokens"][0]), LIMITS["total_tokens"][1])
+        except ValueError:
+            pass
+    return (gr.update(visible=choice == CUSTOM), gr.update(value=total), "custom",
+            _budget(total, choice, tree_json, lookup, depth, min_prob, expand_prob, "custom"))
+
+
+def _budget(total, choice, tree_json, lookup, depth, min_prob, expand_prob, sizing) -> str:
+    """The comparison line, with this machine's profile once it has been measured."""
+    presets = load_presets()
+    loaded = next((p for p in presets.values() if CACHE.loaded(p.name)), None)
+    profile = CACHE.cached_profile(loaded.name) if loaded else None
+    return budget_markdown(total, choice, tree_json, lookup, depth, min_prob, expand_prob, sizing, profile)
 
 
 def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
@@ -197,7 +219,7 @@ def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     outputs = _outputs(ui)
     inputs = [ui.prompt, ui.model_dd, ui.max_new, ui.temperature, ui.top_p, ui.seed, ui.total, ui.depth, ui.top_k,
               ui.lookup, ui.min_prob, ui.expand_prob, ui.tree_dd, ui.tree_json, ui.with_vanilla, ui.show_pruned,
-              ui.control]
+              ui.control, ui.sizing]
     # One decode at a time on the shared model: both triggers share a queue; other sessions wait their turn.
     ui.run_btn.click(_on_generate, inputs, outputs, api_name="generate", show_progress="minimal",
                      concurrency_id="decode", concurrency_limit=1)
@@ -221,13 +243,14 @@ def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     ui.trace_in.upload(lambda path, p: _show(actions.load_trace(path, p)), [ui.trace_in, ui.show_pruned], outputs,
                        api_name="load_trace")
     tree_io = ([ui.tree_dd, ui.tree_json, ui.total, ui.lookup, ui.depth, ui.min_prob, ui.expand_prob],
-               [ui.tree_json, ui.total, ui.budget])
-    ui.tree_dd.change(_on_tree, *tree_io, api_name=False)
+               [ui.tree_json, ui.total, ui.sizing, ui.budget])
+    ui.tree_dd.input(_on_tree, *tree_io, api_name=False)
     ui.tree_json.blur(_on_tree, *tree_io, api_name=False)
-    for w in (ui.total, ui.lookup, ui.depth, ui.min_prob, ui.expand_prob):
-        w.change(budget_markdown, [ui.total, ui.tree_dd, ui.tree_json, ui.lookup, ui.depth, ui.min_prob,
-                                   ui.expand_prob], ui.budget,
-                 api_name=False, show_progress="hidden")
+    budget_in = [ui.total, ui.tree_dd, ui.tree_json, ui.lookup, ui.depth, ui.min_prob, ui.expand_prob, ui.sizing]
+    for w in (ui.total, ui.lookup, ui.depth, ui.min_prob, ui.expand_prob, ui.sizing):
+        w.change(_budget, budget_in, ui.budget, api_name=False, show_progress="hidden")
+    for w in (ui.total, ui.depth, ui.top_k):  # moving a size slider by hand compares at your settings
+        w.input(lambda: "custom", None, ui.sizing, api_name=False, show_progress="hidden")
     for w in (ui.depth, ui.top_k, ui.total):
         w.change(sglang_flags, [ui.depth, ui.top_k, ui.total], ui.flags, api_name=False, show_progress="hidden")
     def describe(name: str) -> str:

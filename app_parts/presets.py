@@ -14,9 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle2.config import ASSETS
-from eagle2.loading import Bundle, load, pick_device
+from eagle2.loading import DTYPES, Bundle, load, pick_device
+from eagle2.profile import load_profile, machine_profile, warm_up
 
 NEEDS = ("cuda", "hub")
+HALF_NOTE = ("In {dtype}, a tree forward over many rows rounds differently from a one-row forward, so the text can "
+             "differ from plain decoding's after a near tie; in float32 it has matched on every prompt tested.")
+
+
+def default_sizing() -> str:
+    """The page's opening comparison: the size tuned for this machine on a CPU, the paper's settings on CUDA."""
+    return "paper" if pick_device("auto")[0].type == "cuda" else "tuned"
 
 
 @dataclass(frozen=True)
@@ -29,6 +37,7 @@ class ModelPreset:
     needs: tuple[str, ...] = ()
     note: str = ""
     device: str = "auto"
+    dtype: str = "float32"  # float32 keeps greedy output equal to plain decoding; half precision can differ
 
 
 def presets_path() -> Path:
@@ -53,8 +62,11 @@ def load_presets(path: Path | None = None) -> dict[str, ModelPreset]:
         needs = tuple(e.get("needs") or ())
         if any(n not in NEEDS for n in needs):
             raise ValueError(f"model preset {e['name']!r}: 'needs' may only list {', '.join(NEEDS)}")
+        dtype = str(e.get("dtype", "float32"))
+        if dtype not in DTYPES:
+            raise ValueError(f"model preset {e['name']!r}: 'dtype' may only be {', '.join(DTYPES)}")
         out[e["name"]] = ModelPreset(name=e["name"], model=e["model"], head=e.get("head"), needs=needs,
-                                     note=str(e.get("note", "")), device=str(e.get("device", "auto")))
+                                     note=str(e.get("note", "")), device=str(e.get("device", "auto")), dtype=dtype)
     return out
 
 
@@ -73,9 +85,11 @@ def unavailable_reason(preset: ModelPreset) -> str | None:
 def describe_preset(preset: ModelPreset) -> str:
     """A one-paragraph markdown note on a preset: what it is and whether it can run here."""
     head = preset.head or "the model's default head"
-    text = f"**{preset.name}**: model `{preset.model}`, head `{head}`."
+    text = f"**{preset.name}**: model `{preset.model}`, head `{head}`, {preset.dtype}."
     if preset.note:
         text += f" {preset.note}"
+    if preset.dtype != "float32":
+        text += " " + HALF_NOTE.format(dtype=preset.dtype)
     reason = unavailable_reason(preset)
     return text + (f"\n\n⚠ {reason}" if reason else "")
 
@@ -104,11 +118,33 @@ class BundleCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._bundles: dict[str, Bundle] = {}
+        self._profiles: dict[str, dict | None] = {}
 
     def put(self, name: str, bundle: Bundle) -> None:
         """Hand the cache an already loaded bundle (tests load the model once and share it)."""
         with self._lock:
-            self._bundles = {name: bundle}
+            self._bundles, self._profiles = {name: bundle}, {}
+
+    def cached_profile(self, name: str) -> dict | None:
+        """The profile of a loaded preset if it has been measured (in this process or before, on disk)."""
+        bundle = self._bundles.get(name)
+        if name in self._profiles or bundle is None:
+            return self._profiles.get(name)
+        return load_profile(bundle) if bundle.device.type == "cpu" else None
+
+    def profile(self, preset: ModelPreset, bundle: Bundle,
+                progress: Callable[[float, str], None] | None = None) -> dict | None:
+        """This machine's profile for a loaded preset (eagle2/profile.py: the paper's EAGLE-2 at its fastest size
+        here, and the costs measured on the way), tuned on first use and cached on disk; None off a CPU, where
+        the page uses the paper's settings."""
+        if bundle.device.type != "cpu":
+            return None
+        with self._lock:
+            if preset.name not in self._profiles:
+                say = (lambda m: progress(0.5, f"Tuning the tree size for this machine (once, up to a minute): {m}")
+                       ) if progress else None
+                self._profiles[preset.name] = machine_profile(bundle, progress=say)
+            return self._profiles[preset.name]
 
     def loaded(self, name: str) -> Bundle | None:
         """The bundle for `name` if it is loaded already."""
@@ -124,11 +160,14 @@ class BundleCache:
                 return self._bundles[preset.name]
             if progress:
                 progress(0.1, f"Loading {preset.name} (first run only; up to a minute)…")
-            self._bundles = {}  # one model at a time: free the old one before loading the next
+            self._bundles, self._profiles = {}, {}  # one model at a time: free the old one before the next
             try:
-                bundle = load(preset.model, preset.head, preset.device)
+                bundle = load(preset.model, preset.head, preset.device, dtype=preset.dtype)
             except (OSError, ValueError, RuntimeError) as e:
                 raise RuntimeError(f"could not load “{preset.name}”: {e}") from None
+            if progress:
+                progress(0.8, "Warming up each method once, so that the first run is timed like the rest…")
+            warm_up(bundle)
             self._bundles[preset.name] = bundle
             if progress:
                 progress(1.0, "Model loaded")

@@ -9,11 +9,21 @@ import json
 import math
 from dataclasses import dataclass
 
-from eagle2.config import ASSETS, LIMITS, DecodeConfig, load_tree_presets, parse_tree
+from eagle2.config import ASSETS, LIMITS, STATIC_PRESET, DecodeConfig, cut_tree, load_tree_presets, parse_tree
+from eagle2.methods import LABELS as METHOD_LABELS
 
 CUSTOM = "custom"
+CUT = "mc_sim_7b_63 cut to the budget"  # EAGLE-1's tree cut breadth first to EAGLE-2's node budget
 MAX_PROMPT_CHARS = 20_000
 RANK_LIMIT = LIMITS["top_k"][1]  # a static tree may use child ranks up to the largest allowed top-k
+PAGE_MAX_NEW = 64  # shorter answers than the command line's default: a visitor waits for three decodes
+# How the page sizes the trees: the paper's EAGLE-2 at its fastest size on this machine (both trees at that
+# budget), the paper's own settings, or the sliders.
+SIZINGS = {"tuned": "same budget, the fastest for this machine",
+           "paper": "the paper's settings (EAGLE-2 60 nodes, depth 6, top-k 10; EAGLE-1 mc_sim_7b_63)",
+           "custom": "my settings below"}
+PAPER = {"total_tokens": 60, "depth": 6, "top_k": 10}
+_D = DecodeConfig()
 
 
 @dataclass(frozen=True)
@@ -22,28 +32,31 @@ class RunRequest:
 
     prompt: str
     preset: str
-    max_new_tokens: int = 64
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int = 0
-    total_tokens: int = 26
-    depth: int = 5
-    top_k: int = 8
-    tree_choice: str = "mc_sim_7b_63"
+    max_new_tokens: int = PAGE_MAX_NEW
+    temperature: float = _D.temperature
+    top_p: float = _D.top_p
+    seed: int = _D.seed
+    total_tokens: int = _D.total_tokens
+    depth: int = _D.depth
+    top_k: int = _D.top_k
+    tree_choice: str = CUT
     tree_json: str = ""
     with_vanilla: bool = True
-    lookup: bool = False   # EAGLE-2 gets a prompt-lookup branch
-    min_prob: float = 0.0     # EAGLE-2 sizes its tree per step: keep floor (0 = none; total_tokens stays the cap)
+    lookup: bool = False   # EAGLE-2 gets a prompt-lookup branch (eagle2_lookup, ours)
+    min_prob: float = 0.0     # EAGLE-2 sizes its tree per step (eagle2_sized, ours): keep floor (0 = none)
     expand_prob: float = 0.0  # and expand floor (0 = none; depth stays the cap)
+    sizing: str = "custom"    # one of SIZINGS; the page starts on "tuned" (CPU) or "paper" (CUDA)
 
 
 def tree_choices() -> list[str]:
-    """Static tree presets from assets/trees.json, then 'custom'."""
-    return [*load_tree_presets(), CUSTOM]
+    """EAGLE-1's tree cut to the budget, the static tree presets from assets/trees.json, then 'custom'."""
+    return [CUT, *load_tree_presets(), CUSTOM]
 
 
-def static_tree(choice: str, tree_json: str) -> tuple[tuple[int, ...], ...]:
+def static_tree(choice: str, tree_json: str, total_tokens: int = _D.total_tokens) -> tuple[tuple[int, ...], ...]:
     """The static tree's paths from the dropdown (or the custom JSON); raises ValueError with the reason."""
+    if choice == CUT:
+        return cut_tree(parse_tree(STATIC_PRESET, RANK_LIMIT), total_tokens)
     if choice == CUSTOM:
         if not (tree_json or "").strip():
             raise ValueError("custom static tree: enter a JSON list of paths such as [[0], [1], [0, 0]]")
@@ -81,58 +94,82 @@ def check_prompt(prompt: str | None) -> str:
     return prompt
 
 
-def configs(req: RunRequest) -> dict[str, DecodeConfig]:
-    """DecodeConfigs for eagle2, eagle1 and vanilla sharing every setting; raises ValueError naming the bad one."""
+def sizes(req: RunRequest, profile: dict | None = None) -> tuple[dict, tuple[tuple[int, ...], ...]]:
+    """EAGLE-2's size ({total_tokens, depth, top_k, draft_tokens}) and EAGLE-1's tree for the request's sizing.
+    "tuned" takes the machine's profile (eagle2/profile.py; the paper's settings where there is none, as on
+    CUDA) with EAGLE-1 cut to the same budget; "paper" the paper's settings against the whole mc_sim_7b_63."""
+    if req.sizing not in SIZINGS:
+        raise ValueError(f"sizing must be one of {', '.join(SIZINGS)}, not {req.sizing!r}")
+    if req.sizing == "tuned" and profile is not None:
+        e = profile["eagle2"]
+        size = {k: e[k] for k in ("total_tokens", "depth", "top_k", "draft_tokens")}
+        return size, static_tree(CUT, "", size["total_tokens"])
+    if req.sizing in ("tuned", "paper"):
+        return {**PAPER, "draft_tokens": 0}, static_tree(STATIC_PRESET, "")
+    size = {"total_tokens": _number("total tokens", req.total_tokens, int), "depth": _number("depth", req.depth, int),
+            "top_k": _number("top-k", req.top_k, int), "draft_tokens": 0}
+    return size, static_tree(req.tree_choice, req.tree_json, size["total_tokens"])
+
+
+def configs(req: RunRequest, profile: dict | None = None) -> dict[str, DecodeConfig]:
+    """DecodeConfigs for eagle2 (or our variant the floors and lookup box ask for), eagle1 and vanilla sharing
+    every other setting, the draft vocabulary included; raises ValueError naming the bad one."""
+    size, tree = sizes(req, profile)
     common = dict(max_new_tokens=_number("max new tokens", req.max_new_tokens, int),
                   temperature=_number("temperature", req.temperature, float),
                   top_p=_number("top-p", req.top_p, float), seed=_number("seed", req.seed, int),
-                  total_tokens=_number("total tokens", req.total_tokens, int),
-                  depth=_number("depth", req.depth, int), top_k=_number("top-k", req.top_k, int),
-                  tree=static_tree(req.tree_choice, req.tree_json))
+                  draft_tokens=size["draft_tokens"])
     if not isinstance(req.lookup, bool):
         raise ValueError(f"prompt-lookup branch must be true or false, not {req.lookup!r}")
     floors = dict(min_prob=_number("keep floor", req.min_prob, float),
                   expand_prob=_number("expand floor", req.expand_prob, float))
-    return {m: DecodeConfig(method=m, lookup=req.lookup and m == "eagle2", **common,
-                            **(floors if m == "eagle2" else {}))
-            for m in ("eagle2", "eagle1", "vanilla")}
+    return {"eagle2": DecodeConfig(method="eagle2", lookup=req.lookup, total_tokens=size["total_tokens"],
+                                   depth=size["depth"], top_k=size["top_k"], **floors, **common),
+            "eagle1": DecodeConfig(method="eagle1", tree=tree, total_tokens=len(tree) + 1, **common),
+            "vanilla": DecodeConfig(method="vanilla", **common)}
 
 
 def budget_markdown(total_tokens: object, tree_choice: str, tree_json: str, lookup: bool = False,
-                    depth: object = 0, min_prob: object = 0.0, expand_prob: object = 0.0) -> str:
-    """Verified nodes per step for each tree (root included), and whether the budgets match."""
+                    depth: object = 0, min_prob: object = 0.0, expand_prob: object = 0.0, sizing: str = "custom",
+                    profile: dict | None = None) -> str:
+    """Which comparison the page shows: verified nodes per step for each tree (root included), whether the
+    budgets match, and which EAGLE-2 runs (the paper's, or our variant)."""
+    req = RunRequest(prompt="", preset="", total_tokens=total_tokens, depth=depth or _D.depth,
+                     tree_choice=tree_choice, tree_json=tree_json, lookup=bool(lookup),
+                     min_prob=min_prob or 0.0, expand_prob=expand_prob or 0.0, sizing=sizing)
     try:
-        static = len(static_tree(tree_choice, tree_json)) + 1
-    except ValueError as e:
-        return f"⚠ Static tree: {e}"
-    try:
-        dynamic = _number("total tokens", total_tokens, int)
-    except ValueError as e:
-        return f"⚠ {e}"
-    line = (f"Nodes verified per step, root included: EAGLE-2 **{dynamic}** · EAGLE-1 **{static}** "
-            f"({static - 1} tree nodes + root).")
-    try:
-        floor = _number("keep floor", min_prob or 0.0, float)
-        grow = _number("expand floor", expand_prob or 0.0, float)
+        cfg = configs(req, profile)
     except ValueError as e:
         return f"⚠ {e}"
-    if floor > 0 or grow > 0:
-        line = (f"Nodes verified per step, root included: EAGLE-2 **up to {dynamic}**, sized per step (nodes the draft"
-                f" gives at least {floor:g} cumulative probability, expanded from {grow:g}) · EAGLE-1 **{static}**"
-                f" ({static - 1} tree nodes + root). ⚠ EAGLE-2's budget changes from step to step, so the comparison"
-                f" is not like for like.")
+    dynamic, static = cfg["eagle2"].total_tokens, len(cfg["eagle1"].tree) + 1
+    name = METHOD_LABELS[cfg["eagle2"].name]
+    if sizing == "tuned":
+        head = (f"Comparing at the budget tuned for this machine ({profile['measured']}): " if profile else
+                "Comparing at the budget tuned for this machine (measured on the first Generate, up to a minute; "
+                "the paper's settings where nothing is measured, as on a GPU): ")
+    elif sizing == "paper":
+        head = "Comparing at the paper's settings: "
+    else:
+        head = "Comparing at your settings: "
+    line = (f"{head}{name} **{dynamic}** nodes verified per step, depth {cfg['eagle2'].depth}, top-k "
+            f"{cfg['eagle2'].top_k} · EAGLE-1 **{static}** ({static - 1} tree nodes + root).")
+    if cfg["eagle2"].sized:
+        line = (f"{head}{name} **up to {dynamic}** nodes, sized per step (nodes the draft gives at least "
+                f"{cfg['eagle2'].min_prob:g} cumulative probability, expanded from {cfg['eagle2'].expand_prob:g})"
+                f" · EAGLE-1 **{static}** ({static - 1} tree nodes + root). ⚠ EAGLE-2's budget changes from step "
+                "to step, so the comparison is not like for like.")
     elif dynamic != static:
         line += " ⚠ The budgets differ, so the comparison is not like for like."
     if lookup:
-        n = DecodeConfig.lookup_tokens  # the field's default, without building (and validating) a config
-        line += (f" The prompt-lookup branch (up to {n} tokens copied from the text so far, on steps where it offers"
-                 f" a match; the first {depth} scored by the draft) is verified on top of EAGLE-2's tree: up to"
-                 f" {n} more nodes on those steps.")
+        n = DecodeConfig.lookup_tokens
+        line += (f" The prompt-lookup branch (ours: up to {n} tokens copied from the text so far, on steps where it"
+                 f" offers a match; the first {cfg['eagle2'].depth} scored by the draft) joins EAGLE-2's pool:"
+                 f" its nodes compete for the budget, and those left out are verified on top, up to {n} more.")
     return line
 
 
 def sglang_flags(depth: object, top_k: object, total_tokens: object) -> str:
-    """SGLang launch flags that serve the same dynamic tree shape."""
+    """SGLang launch flags that serve the same dynamic tree shape (the paper's EAGLE-2: SGLang has no floors)."""
     return (f"--speculative-algorithm EAGLE --speculative-num-steps {depth} "
             f"--speculative-eagle-topk {top_k} --speculative-num-draft-tokens {total_tokens}")
 
@@ -143,9 +180,11 @@ def load_examples() -> list[dict[str, str]]:
 
 
 def settings_meta(cfgs: dict[str, DecodeConfig], req: RunRequest) -> dict:
-    """The settings of a run as plain data for the trace."""
-    c = cfgs["eagle2"]
-    return {"max_new_tokens": c.max_new_tokens, "temperature": c.temperature, "top_p": c.top_p,
+    """The settings of a run as plain data for the trace, with the name of the EAGLE-2 method that ran."""
+    c, s = cfgs["eagle2"], cfgs["eagle1"]
+    static = {"tuned": CUT, "paper": STATIC_PRESET}.get(req.sizing, req.tree_choice)
+    return {"eagle2_method": c.name, "sizing": req.sizing,
+            "max_new_tokens": c.max_new_tokens, "temperature": c.temperature, "top_p": c.top_p,
             "seed": c.seed, "total_tokens": c.total_tokens, "depth": c.depth, "top_k": c.top_k, "lookup": c.lookup,
-            "min_prob": c.min_prob, "expand_prob": c.expand_prob,
-            "static_tree": req.tree_choice, "static_paths": [list(p) for p in c.tree]}
+            "min_prob": c.min_prob, "expand_prob": c.expand_prob, "draft_tokens": c.draft_tokens,
+            "static_tree": static, "static_nodes": len(s.tree) + 1, "static_paths": [list(p) for p in s.tree]}

@@ -9,12 +9,19 @@ import html
 import plotly.graph_objects as go
 
 from app_parts.session import TREE_METHODS, Session
+from eagle2.methods import LABELS as METHOD_LABELS
 from eagle2.records import ACCEPTED, KEPT, ROOT, Node, StepRecord
-from viz import (accept_length_figure, calibration_figure, metrics_rows, position_heatmap, tokens_html, tree_figure,
-                 tree_size_figure)
+from viz import (accept_length_figure, calibration_figure, cost_figure, metrics_rows, position_heatmap, tokens_html,
+                 tree_figure, tree_size_figure)
 
 TREE_HEIGHT = 600
 LABELS = {"eagle2": "EAGLE-2 (dynamic tree)", "eagle1": "EAGLE-1 (static tree)", "vanilla": "plain decoding"}
+
+
+def label(session: Session, method: str) -> str:
+    """A run's name as it ran: the EAGLE-2 column says when it was one of this project's variants."""
+    name = session.meta.get("settings", {}).get("eagle2_method", "eagle2") if method == "eagle2" else method
+    return LABELS[method] if name == "eagle2" else METHOD_LABELS.get(name, name)
 
 
 def placeholder_figure(text: str, title: str = "") -> go.Figure:
@@ -46,7 +53,7 @@ def tree_view(session: Session, method: str, step: int | None = None, show_prune
         fig.update_layout(height=TREE_HEIGHT)
         return fig
     fig = tree_figure(rec, show_pruned=show_pruned)
-    fig.update_layout(title=dict(text=f"<b>{LABELS[method]}</b><br>{fig.layout.title.text}"), height=TREE_HEIGHT,
+    fig.update_layout(title=dict(text=f"<b>{label(session, method)}</b><br>{fig.layout.title.text}"), height=TREE_HEIGHT,
                       margin=dict(t=60))
     return fig
 
@@ -55,12 +62,19 @@ def text_view(session: Session, method: str, highlight: int | None = None) -> st
     """One method's output as coloured tokens, with one step outlined when `highlight` is set."""
     recs = session.records(method)
     if not recs:
-        return f'<div class="out-empty">{html.escape(LABELS[method])}: no output yet.</div>'
+        return f'<div class="out-empty">{html.escape(label(session, method))}: no output yet.</div>'
     return tokens_html(recs, highlight_step=highlight)
 
 
+def _wall_s(session: Session) -> dict[str, float] | None:
+    """Each method's decode wall time as the page measured it (None for traces recorded before it did)."""
+    timing = session.meta.get("page_timing", {}).get("decode_s")
+    return {m: float(t) for m, t in timing.items()} if isinstance(timing, dict) else None
+
+
 def _vanilla_tps(session: Session) -> float | None:
-    rows = metrics_rows({"vanilla": session.records("vanilla")}) if session.records("vanilla") else []
+    recs = session.records("vanilla")
+    rows = metrics_rows({"vanilla": recs}, wall_s=_wall_s(session)) if recs else []
     return rows[0]["tokens_per_s"] if rows and rows[0]["tokens_per_s"] > 0 else None
 
 
@@ -85,38 +99,49 @@ def metrics_markdown(session: Session) -> str:
     runs = {m: session.records(m) for m in ("eagle2", "eagle1", "vanilla") if session.records(m)}
     if not runs:
         return "No run yet."
-    rows = metrics_rows(runs, _vanilla_tps(session))
-    lines = ["| method | tokens | target forwards | mean accept length τ | tokens/s | speedup | same text as plain |",
-             "|---|---:|---:|---:|---:|---:|---|"]
+    wall = _wall_s(session)
+    rows = metrics_rows(runs, _vanilla_tps(session), wall_s=wall)
+    lines = ["| method | nodes a step | tokens | target forwards | mean accept length τ | tokens/s | speedup | "
+             "same text as plain |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+    settings = session.meta.get("settings", {})
+    budget = {"eagle2": (f"up to {settings['total_tokens']}" if settings.get("min_prob") or settings.get("expand_prob")
+                         else settings.get("total_tokens", "—")),
+              "eagle1": settings.get("static_nodes", len(settings.get("static_paths", [])) + 1), "vanilla": 1}
     for r in rows:
         speed = f"{r['speedup']:.2f}×" if r["speedup"] is not None else "—"
-        lines.append(f"| {LABELS[r['method']]} | {r['tokens']} | {r['target_forwards']} | "
-                     f"{r['mean_accept_length']:.2f} | {r['tokens_per_s']:.1f} | {speed} | "
+        lines.append(f"| {label(session, r['method'])} | {budget[r['method']]} | {r['tokens']} | "
+                     f"{r['target_forwards']} | {r['mean_accept_length']:.2f} | {r['tokens_per_s']:.1f} | {speed} | "
                      f"{_same_output(session, r['method'])} |")
     when = "in this run" if session.source == "live" else "when the trace was recorded"
-    note = (f"Tokens/s come from the engine's own phase timings (prefill included), measured on this machine "
-            f"{when} ({session.meta.get('device', 'setup unknown')}). Speedup = tokens/s over plain decoding "
-            "of the same prompt in the same run.")
+    how = ("each method decoded in turn with nothing drawn meanwhile, timed as `python -m eagle2 bench` times it "
+           "(the whole decode's wall time, prefill included)" if wall else
+           "from the engine's own phase timings (prefill included)")
+    note = (f"Tokens/s: {how}, measured on this machine {when} ({session.meta.get('device', 'setup unknown')}). "
+            "Speedup = tokens/s over plain decoding of the same prompt in the same run.")
+    if settings and budget["eagle2"] != budget["eagle1"]:
+        note += " ⚠ The two trees did not share a node budget, so their τ is not a like-for-like comparison."
     if "vanilla" not in runs:
         note += " Plain decoding has not run (yet), so there is no speedup."
     for r in rows:
         if r["lookup_accepted"]:
-            note += (f" {LABELS[r['method']]} accepted {r['lookup_accepted']} tokens that only its prompt-lookup "
-                     "branch proposed.")
+            note += (f" {label(session, r['method'])} accepted {r['lookup_accepted']} tokens that only its "
+                     "prompt-lookup branch proposed.")
     return "\n".join(lines) + "\n\n" + note
 
 
-def analysis_views(session: Session) -> tuple[go.Figure, go.Figure, go.Figure, go.Figure, go.Figure]:
-    """Calibration, acceptance by position for each tree, accept length per step, and accept length by tree
-    size (replayed from the EAGLE-2 run's records)."""
+def analysis_views(session: Session) -> tuple[go.Figure, ...]:
+    """Calibration, acceptance by position for each tree, accept length per step, accept length by tree size
+    (replayed from the runs' records), and what each tree size costs on this machine (its break-even τ)."""
     runs = {m: session.records(m) for m in TREE_METHODS if session.records(m)}
     heat = []
     for m in TREE_METHODS:
         fig = position_heatmap(session.records(m))
-        fig.update_layout(title=dict(text=f"{LABELS[m]}: acceptance by tree position"))
+        fig.update_layout(title=dict(text=f"{label(session, m)}: acceptance by tree position"))
         heat.append(fig)
     size = tree_size_figure(session.records("eagle2"), session.meta, session.records("eagle1"))
-    return calibration_figure(runs), heat[0], heat[1], accept_length_figure(runs), size
+    depth = int(session.meta.get("settings", {}).get("depth", 1) or 1)
+    costs = cost_figure(session.meta.get("costs"), runs, depth, {m: label(session, m) for m in runs})
+    return calibration_figure(runs), heat[0], heat[1], accept_length_figure(runs), size, costs
 
 
 def step_caption(rec: StepRecord | None) -> str:

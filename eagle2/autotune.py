@@ -115,6 +115,8 @@ class Tuning:
     chosen: dict[str, Option]
     options: dict[str, list[Option]]
     draft_tokens: int
+    verify_ms: dict[int, float]  # the engine's greedy verify of n rows, median ms (`time_verify`)
+    rest_ms: dict[int, float]    # EAGLE-2's step outside verify at each depth (drafting, commit, the record)
 
     def settings(self) -> dict[str, dict]:
         """Per method, the settings it runs with (methods.Shared.tuned)."""
@@ -148,11 +150,13 @@ def tune(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, methods=("e
     options: dict[str, list[Option]] = {}
     vocab = (draft_tokens or (base.draft_tokens,))[0]
     dynamic = [m for m in ("eagle2", "eagle2_sized") if m in methods]
+    rest: dict[int, dict[int, float]] = {vocab: {}}
     if dynamic:
         by_vocab = {v: _options(dec, prompts, replace(base, draft_tokens=v, max_new_tokens=max_new_tokens or
                                                       WARMUP_TOKENS), sizes, depths, top_ks, verify,
                                 "eagle2_sized" in methods, say)
                     for v in draft_tokens or (base.draft_tokens,)}
+        rest = {v: by_vocab[v].pop("rest") for v in by_vocab}
         lead = dynamic[0]
         vocab = max(by_vocab, key=lambda v: choose(by_vocab[v][lead]).tokens_per_s)
         for m in dynamic:
@@ -162,7 +166,7 @@ def tune(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, methods=("e
         cfg = replace(base, draft_tokens=vocab, max_new_tokens=max_new_tokens or WARMUP_TOKENS)
         options["eagle1"] = _static_options(dec, prompts, cfg, sizes, verify, say)
         chosen["eagle1"] = choose(options["eagle1"])
-    return Tuning(chosen, options, vocab)
+    return Tuning(chosen, options, vocab, verify, rest[vocab])
 
 
 def _big(base: DecodeConfig, **kw) -> DecodeConfig:
@@ -171,9 +175,9 @@ def _big(base: DecodeConfig, **kw) -> DecodeConfig:
 
 
 def _options(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes, depths, top_ks,
-             verify: dict[int, float], sized: bool, say) -> dict[str, list[Option]]:
+             verify: dict[int, float], sized: bool, say) -> dict:
     """EAGLE-2's options for one draft vocabulary (`base.draft_tokens`), fastest first: "eagle2" (sizes x depths
-    x top-k) and, with `sized`, "eagle2_sized"; replayed on warm-up decodes with the largest tree, priced with
+    x top-k) and, with `sized`, "eagle2_sized", and the drafting cost it measured ("rest"); replayed on warm-up decodes with the largest tree, priced with
     `verify` and the drafting timed here at each depth."""
     big = _big(base, method="eagle2", total_tokens=max(sizes), depth=max(depths))
     vocab = f", {big.draft_tokens} draft tokens" if big.draft_tokens else ""
@@ -200,8 +204,9 @@ def _options(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes, 
     if sized:
         out["eagle2_sized"] = [replace(o, top_k=big.top_k) for o in floor_options(
             runs, verify, rest, [n for n in FLOOR_CAPS if n <= max(sizes)], [d for d in FLOOR_DEPTHS if d in rest])]
-    return {m: sorted((replace(o, draft_tokens=big.draft_tokens, method=m) for o in opts),
-                      key=lambda o: -o.tokens_per_s) for m, opts in out.items()}
+    out = {m: sorted((replace(o, draft_tokens=big.draft_tokens, method=m) for o in opts),
+                     key=lambda o: -o.tokens_per_s) for m, opts in out.items()}
+    return {**out, "rest": rest}
 
 
 def _static_options(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes,

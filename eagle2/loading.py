@@ -23,14 +23,21 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_HEAD = Path(__file__).resolve().parent.parent / "assets" / "smollm2-135m-eagle"
 
 
-def pick_device(device: str = "auto") -> tuple[torch.device, torch.dtype]:
-    """CUDA (bf16, or fp16 without bf16 support) when present and asked for; CPU float32 otherwise."""
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def pick_device(device: str = "auto", dtype: str = "float32") -> tuple[torch.device, torch.dtype]:
+    """CUDA when present and asked for, else the CPU; float32 unless a half dtype is asked for on CUDA (in half
+    precision a many-row tree forward rounds differently from a one-row forward, and greedy output can then
+    differ from plain decoding's; on a CPU half precision is slower, so float32 stays)."""
     if device not in ("auto", "cpu", "cuda"):
         raise ValueError(f"device must be auto, cpu or cuda, not {device!r}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda was asked for but no CUDA device is available")
     if device != "cpu" and torch.cuda.is_available():
-        return torch.device("cuda"), torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.device("cuda"), getattr(torch, dtype)
     return torch.device("cpu"), torch.float32
 
 
@@ -187,21 +194,27 @@ def draft_dtype_for(draft_dtype: str, target_dtype: torch.dtype, device: torch.d
     return str(target_dtype).removeprefix("torch.")
 
 
+def _shown(path: str) -> str:
+    """A head's source as it is shown and stored: relative to this project when it lies inside it."""
+    root = str(DEFAULT_HEAD.parent.parent) + os.sep
+    return path[len(root):] if path.startswith(root) else path
+
+
 def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", kernels: str = "auto",
-         draft_dtype: str = "auto") -> Bundle:
+         draft_dtype: str = "auto", dtype: str = "float32") -> Bundle:
     """Load target + head. `head=None` takes the shipped head for the embedded model, else a random one.
     `kernels`: `onednn` runs every float32 CPU linear layer of both through prepacked oneDNN matmuls
     (eagle2/kernels.py), `torch` keeps PyTorch's default; `auto` means onednn where it applies. On a CPU both
     also attend through `attention.tree_sdpa` (same numbers, no copy of grouped key/value heads).
     `draft_dtype`: the head's weights (`draft_dtype_for`: int8 rows or a dtype); the target keeps its own, so
-    outputs do not change."""
+    outputs do not change. `dtype`: the target's on CUDA (`pick_device`)."""
     from . import kernels as k
     from .attention import use_tree_sdpa
     from .head import load_head, new_head
 
     if kernels not in KERNELS:
         raise ValueError(f"kernels must be one of {', '.join(KERNELS)}, not {kernels!r}")
-    dev, dtype = pick_device(device)
+    dev, dtype = pick_device(device, dtype)
     head_dtype = draft_dtype_for(draft_dtype, dtype, dev, kernels)
     target, tok = load_target(model, dev, dtype)
     if head is None and model == EMBEDDED and (DEFAULT_HEAD / "config.json").exists():
@@ -228,4 +241,4 @@ def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", k
         use_tree_sdpa(h)
     return Bundle(target=target, tokenizer=tok, head=h, device=dev, dtype=dtype,
                   model_name=("SmolLM2-135M-Instruct (embedded GGUF)" if model == EMBEDDED else model),
-                  head_name=getattr(h, "source", str(head)), kernels=used)
+                  head_name=_shown(getattr(h, "source", str(head))), kernels=used)

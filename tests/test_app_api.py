@@ -43,11 +43,11 @@ def _is_tree(value) -> bool:
     return any((t.get("meta") or {}).get("nodes") for t in fig["data"]) or "prefill" in value["plot"]
 
 
-def test_generate_streams_both_trees(client):
+def test_generate_draws_both_trees_once_the_decodes_end(client):
     job = client.submit("Count from 1 to 10.", max_new_tokens=12, run_plain=False, api_name="/generate")
     outputs = list(job)
-    both = [o for o in outputs if _is_tree(o[2]) and _is_tree(o[3])]
-    assert len(both) >= 2, f"expected at least two updates with both trees, got {len(both)} of {len(outputs)}"
+    both = [i for i, o in enumerate(outputs) if _is_tree(o[2]) and _is_tree(o[3])]
+    assert both == [len(outputs) - 1], f"trees drawn in updates {both} of {len(outputs)}: only the last should"
     final = outputs[-1]
     assert final[0].startswith("Done.")
     assert any(isinstance(o[1], str) and "SmolLM2" in o[1] and "cpu float32" in o[1] for o in outputs)

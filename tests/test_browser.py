@@ -102,7 +102,7 @@ def test_scrub_back_to_step_one(page):
 
 def test_stop_then_generate_again(page):
     _generate(page, "Tell me a long story about a dragon who learns to bake bread.", 400, plain=False)
-    page.wait_for_function("() => /EAGLE-1 \\(static tree\\): \\d+ tokens, step ([2-9]|\\d\\d)/"
+    page.wait_for_function("() => /EAGLE-2 \\(dynamic tree\\): \\d+ tokens, step ([2-9]|\\d\\d)/"
                            ".test(document.querySelector('#status')?.innerText || '')", timeout=RUN_MS)
     page.click("#stop")
     _wait_status(page, "Stopped", timeout=60_000)

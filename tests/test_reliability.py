@@ -23,13 +23,13 @@ PROMPTS = {
 @pytest.mark.parametrize("kind", list(PROMPTS))
 def test_any_script_runs_and_shows_without_replacement_characters(embedded, kind):
     from app_parts.presets import CACHE, load_presets
-    from app_parts.runner import Throttle, generate
+    from app_parts.runner import generate
     from app_parts.settings import RunRequest
 
     preset = next(iter(load_presets()))
     CACHE.put(preset, embedded)
     req = RunRequest(prompt=PROMPTS[kind], preset=preset, max_new_tokens=10, with_vanilla=True)
-    updates = list(generate(req, CACHE.get, throttle=Throttle(interval=0.0, budget=10.0)))
+    updates = list(generate(req, CACHE.get))
     last = updates[-1]
     assert last.status.startswith("Done."), last.status
     s = last.session

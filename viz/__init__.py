@@ -7,6 +7,7 @@ from viz.charts import (
     position_heatmap,
     position_table,
 )
+from viz.costs import break_even, cost_figure
 from viz.labels import label_html, visible_text
 from viz.layout import tidy_layout
 from viz.tokens import legend_html, tokens_html
@@ -16,6 +17,8 @@ from viz.tree_figure import bonus_entry, node_class, tree_figure
 __all__ = [
     "accept_length_figure",
     "bonus_entry",
+    "break_even",
+    "cost_figure",
     "calibration_figure",
     "calibration_table",
     "label_html",

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 import plotly.graph_objects as go
 
 from eagle2.records import ACCEPTED, KEPT, REJECTED, Node, StepRecord, summarise
+from viz.colours import colour
 
 
 def _decided(records: Iterable[StepRecord], scored_only: bool = False) -> Iterable[Node]:
@@ -62,9 +63,10 @@ def calibration_figure(runs: dict[str, list[StepRecord]], bins: int = 10) -> go.
             continue
         fig.add_trace(go.Scatter(
             x=[(r["bin_lo"] + r["bin_hi"]) / 2 for r in rows], y=[r["rate"] for r in rows],
-            mode="lines+markers", name=method,
+            mode="lines+markers", name=method, line=dict(color=colour(method)),
             # Marker area grows with the bin's count so thin bins read as less certain.
-            marker=dict(size=[6 + 14 * (r["n"] / max(x["n"] for x in rows)) ** 0.5 for r in rows]),
+            marker=dict(size=[6 + 14 * (r["n"] / max(x["n"] for x in rows)) ** 0.5 for r in rows],
+                        color=colour(method)),
             customdata=[[r["bin_lo"], r["bin_hi"], r["n"], r["accepted"]] for r in rows],
             hovertemplate=("p in [%{customdata[0]:.2f}, %{customdata[1]:.2f})<br>"
                            "accepted %{customdata[3]} of %{customdata[2]} (%{y:.2f})"
@@ -139,7 +141,7 @@ def accept_length_figure(runs: dict[str, list[StepRecord]]) -> go.Figure:
         tau = sum(lengths) / forwards if forwards else 0.0
         fig.add_trace(go.Scatter(
             x=[r.step for r in steps], y=lengths, mode="lines+markers", name=f"{method} (τ = {tau:.2f})",
-            line=dict(shape="hv", width=1.5), marker=dict(size=5),
+            line=dict(shape="hv", width=1.5, color=colour(method)), marker=dict(size=5, color=colour(method)),
             customdata=[[len(r.accepted)] for r in steps],
             hovertemplate=(f"{method}<br>step %{{x}}: %{{y}} tokens"
                            "<br>(%{customdata[0]} accepted drafts + bonus)<extra></extra>"),
@@ -160,20 +162,23 @@ def lookup_accepted(records: list[StepRecord]) -> int:
     return sum(r.nodes[i].source == "lookup" for r in records for i in r.accepted)  # node id == its index
 
 
-def metrics_rows(runs: dict[str, list[StepRecord]], vanilla_tokens_per_s: float | None = None) -> list[dict]:
-    """Per method: tokens, target forwards, tau, time from the phase timings, tokens/s, speedup, and accepted
-    tokens only the prompt-lookup branch proposed."""
+def metrics_rows(runs: dict[str, list[StepRecord]], vanilla_tokens_per_s: float | None = None,
+                 wall_s: dict[str, float] | None = None) -> list[dict]:
+    """Per method: tokens, target forwards, tau, time, tokens/s, speedup, and accepted tokens only the
+    prompt-lookup branch proposed. Time is the decode's measured wall time where given (`wall_s`, as the bench
+    measures it), else the sum of the records' phase timings, prefill included."""
     rows = []
     for method, recs in runs.items():
-        # Time is the sum of measured phases, prefill included, so methods compare like for like.
-        wall_s = sum(r.draft_ms + r.verify_ms + r.commit_ms for r in recs) / 1000.0
-        s = summarise(method, recs, wall_s)
+        wall = (wall_s or {}).get(method)
+        if wall is None:
+            wall = sum(r.draft_ms + r.verify_ms + r.commit_ms for r in recs) / 1000.0
+        s = summarise(method, recs, wall)
         speedup = None
         if vanilla_tokens_per_s and vanilla_tokens_per_s > 0 and s.tokens_per_s > 0:
             speedup = s.tokens_per_s / vanilla_tokens_per_s
         rows.append({
             "method": method, "tokens": s.new_tokens, "target_forwards": s.target_forwards,
-            "mean_accept_length": s.mean_accept_length, "time_s": wall_s,
+            "mean_accept_length": s.mean_accept_length, "time_s": wall,
             "tokens_per_s": s.tokens_per_s, "speedup": speedup, "lookup_accepted": lookup_accepted(recs),
         })
     return rows

@@ -16,9 +16,9 @@ import plotly.graph_objects as go
 
 from eagle2.records import StepRecord
 from eagle2.replay import size_curve
+from viz.colours import colour
 
 TITLE = "Accept length by tree size, replayed from this run's steps"
-_COLOURS = {"eagle2": "#1f77b4", "eagle1": "#d62728"}
 
 
 def _drafted(records: list[StepRecord]) -> list[StepRecord]:
@@ -75,11 +75,11 @@ def tree_size_figure(eagle2: list[StepRecord], meta: dict, eagle1: list[StepReco
         name, hover = how[m]
         fig.add_trace(go.Scatter(
             x=[x for x, _ in pts], y=[y for _, y in pts], mode="lines+markers", name=name,
-            line=dict(color=_COLOURS[m], width=2, dash="solid" if m == "eagle2" else "dash"), marker=dict(size=5),
+            line=dict(color=colour(m), width=2, dash="solid" if m == "eagle2" else "dash"), marker=dict(size=5),
             hovertemplate=f"{hover}: τ %{{y:.2f}}<extra>{name}</extra>"))
         fig.add_trace(go.Scatter(
             x=[own[0]], y=[own[1]], mode="markers", name=f"{name.split(',')[0]} as run ({own[0]} nodes)",
-            marker=dict(size=13, color=_COLOURS[m], symbol="circle-open", line=dict(width=2.5)),
+            marker=dict(size=13, color=colour(m), symbol="circle-open", line=dict(width=2.5)),
             hovertemplate="as run: %{x} nodes, τ %{y:.2f}<extra></extra>"))
     top = [r for r in rows if r["eagle2"] is not None]
     enough = min(r["nodes"] for r in top if r["eagle2"] >= top[-1]["eagle2"] - 1e-9)

@@ -1,0 +1,108 @@
+"""This machine's profile for the page: the paper's EAGLE-2 tuned to its fastest size here, and the measured
+costs behind that choice (a verify of n rows, a step's drafting at each depth), cached per machine.
+
+The page compares both trees at this size on a CPU, and draws the costs as the break-even accept length each
+tree size needs. Tuning takes up to a minute on 2 CPU cores, once: the result is kept in the cache folder
+under a key naming the machine, the software and the model, and is reused until one of them changes. On CUDA
+the page uses the paper's settings instead, and no profile is needed.
+"""
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import os
+import platform
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from .api import decoder_for, run
+from .autotune import NARROW_DRAFT, tune, warmup_texts
+from .config import DecodeConfig
+from .engine import encode_prompt
+from .loading import Bundle, cache_dir
+
+PAGE_SIZES = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 26)  # up to EAGLE-1's whole tree: the page compares both
+PAGE_DEPTHS = (1, 2, 3, 4, 5, 6)
+PAGE_PROMPTS = 4  # tuning prompts warmed up on (the tuner's first four kinds of task)
+VERSION = 1
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_key(bundle: Bundle) -> dict:
+    """What the measurements depend on: the processor, its cores, the software, the model, head and kernels."""
+    return {"version": VERSION, "cpu": _cpu_name(), "cores": os.cpu_count(), "torch": torch.__version__,
+            "device": bundle.device.type, "model": bundle.model_name, "setup": bundle.describe()}
+
+
+def _path(key: dict) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_dir() / f"profile-{digest}.json"
+
+
+def warm_up(bundle: Bundle) -> None:
+    """Run each method once briefly, so that a visitor's first run does not pay for first-use costs, then freeze
+    the objects that exist now out of the garbage collector's way (it would walk them inside timed phases)."""
+    ids = encode_prompt(bundle.tokenizer, warmup_texts(1)[0])
+    for method in ("eagle2", "eagle1", "vanilla"):
+        run(bundle, ids, DecodeConfig(method=method, max_new_tokens=8, total_tokens=6))
+    gc.collect()
+    gc.freeze()
+
+
+def load_profile(bundle: Bundle) -> dict | None:
+    """The cached profile of this machine and model, or None when there is none yet."""
+    key = machine_key(bundle)
+    try:
+        data = json.loads(_path(key).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if data.get("key") == key else None
+
+
+def machine_profile(bundle: Bundle, progress=None) -> dict:
+    """This machine's profile (`load_profile`), tuning it first when there is none (up to a minute on a CPU)."""
+    cached = load_profile(bundle)
+    if cached is not None:
+        return cached
+    dec = decoder_for(bundle)
+    prompts = [encode_prompt(bundle.tokenizer, t) for t in warmup_texts(PAGE_PROMPTS)]
+    vocab = (0, NARROW_DRAFT) if dec.draft_ids is not None and len(dec.draft_ids) > NARROW_DRAFT else (0,)
+    t0 = time.perf_counter()
+    tuning = tune(dec, prompts, DecodeConfig(), methods=("eagle2",), sizes=PAGE_SIZES, depths=PAGE_DEPTHS,
+                  progress=progress, draft_tokens=vocab)
+    best = tuning.chosen["eagle2"]
+    profile = {
+        "key": machine_key(bundle), "measured": time.strftime("%Y-%m-%d %H:%M"),
+        "tuning_s": round(time.perf_counter() - t0, 1),
+        "eagle2": {"total_tokens": best.total_tokens, "depth": best.depth, "top_k": best.top_k,
+                   "draft_tokens": tuning.draft_tokens, "tau": round(best.tau, 3),
+                   "tokens_per_s": round(best.tokens_per_s, 2)},
+        "verify_ms": {str(n): round(ms, 2) for n, ms in tuning.verify_ms.items()},
+        "rest_ms": {str(d): round(ms, 2) for d, ms in tuning.rest_ms.items()},
+    }
+    path = _path(profile["key"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(profile, indent=1))
+    tmp.replace(path)  # atomic: two processes tuning at once both leave a whole file
+    return profile
+
+
+def tuned_config(profile: dict, cfg: DecodeConfig) -> DecodeConfig:
+    """`cfg` with the profile's EAGLE-2 size, depth, top-k and draft vocabulary."""
+    e = profile["eagle2"]
+    return replace(cfg, total_tokens=e["total_tokens"], depth=e["depth"], top_k=e["top_k"],
+                   draft_tokens=e["draft_tokens"])
