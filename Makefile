@@ -27,7 +27,9 @@ test-fast: $(STAMP)
 	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q -m "not slow and not browser" tests
 
 bench: $(STAMP)
-	$(BIN)/python -m eagle2 bench --prompts assets/bench/mt_bench.jsonl --limit 10 --methods hf_greedy,hf_lookup,vanilla,eagle1,eagle2,eagle2_lookup --json bench.json
+	mkdir -p out
+	$(BIN)/python -m eagle2 bench --prompts assets/bench/mt_bench.jsonl --limit 10 --total-tokens auto \
+		--methods hf_greedy,eagle1,eagle2,eagle2_sized --max-new-tokens 96 --json out/bench.json
 
 clean:
 	rm -rf $(VENV)
