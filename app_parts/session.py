@@ -77,7 +77,7 @@ def _check_record(method: str, i: int, r: StepRecord) -> None:
     where = f"{method} record {i}"
     if r.method != method:
         _fail(where, f"its method is {r.method!r}")
-    for name in ("step", "prefix_len", "bonus_token", "target_forwards"):
+    for name in ("step", "prefix_len", "bonus_token"):
         if not isinstance(getattr(r, name), int):
             _fail(where, f"{name} is not an integer")
     for name in ("draft_ms", "verify_ms", "commit_ms"):

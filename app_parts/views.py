@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from app_parts.session import TREE_METHODS, Session
 from eagle2.methods import LABELS as METHOD_LABELS
 from eagle2.records import ACCEPTED, KEPT, ROOT, Node, StepRecord
+from viz.empty import note_figure
 from viz import (accept_length_figure, calibration_figure, cost_figure, metrics_rows, position_heatmap, tokens_html,
                  tree_figure, tree_size_figure)
 
@@ -22,16 +23,6 @@ def label(session: Session, method: str) -> str:
     """A run's name as it ran: the EAGLE-2 column says when it was one of this project's variants."""
     name = session.meta.get("settings", {}).get("eagle2_method", "eagle2") if method == "eagle2" else method
     return LABELS[method] if name == "eagle2" else METHOD_LABELS.get(name, name)
-
-
-def placeholder_figure(text: str, title: str = "") -> go.Figure:
-    """An empty chart carrying a short note (before any run)."""
-    fig = go.Figure()
-    fig.update_layout(template="none", title=dict(text=title, x=0.01, font=dict(size=14)),
-                      margin=dict(l=10, r=10, t=40, b=10), xaxis=dict(visible=False), yaxis=dict(visible=False))
-    fig.add_annotation(text=text, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
-                       font=dict(size=14, color="#666666"))
-    return fig
 
 
 def warm_up() -> None:
@@ -49,7 +40,7 @@ def tree_view(session: Session, method: str, step: int | None = None, show_prune
     """One method's draft tree at `step` (the latest when None)."""
     rec = session.record(method, step)
     if rec is None:
-        fig = placeholder_figure("Press Generate (or load a trace) to see the draft trees.", f"<b>{LABELS[method]}</b>")
+        fig = note_figure("Press Generate (or load a trace) to see the draft trees.", f"<b>{LABELS[method]}</b>")
         fig.update_layout(height=TREE_HEIGHT)
         return fig
     fig = tree_figure(rec, show_pruned=show_pruned)

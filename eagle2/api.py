@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -27,13 +28,17 @@ class RunResult:
                 "tokens_per_s": s.tokens_per_s, "steps": len(self.records) - 1}
 
 
+_DECODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # bundle -> its decoder, freed with it
+
+
 def decoder_for(bundle: Bundle) -> Decoder:
     """The bundle's decoder, built on first use and kept: building it gathers (and, with oneDNN kernels, packs)
     the draft's lm_head rows, which need not be redone for every run. A decoder holds no per-run state."""
-    dec = getattr(bundle, "_decoder", None)
-    if dec is None:
-        dec = bundle._decoder = Decoder(bundle.target, bundle.head, bundle.tokenizer)
-    return dec
+    if bundle not in _DECODERS:
+        _DECODERS[bundle] = Decoder(bundle.target, bundle.head, bundle.tokenizer,
+                                    draft_linear=getattr(bundle, "draft_linear", None),
+                                    greedy=getattr(bundle, "greedy", None))
+    return _DECODERS[bundle]
 
 
 def stream(bundle: Bundle, prompt_ids: list[int], cfg: DecodeConfig,

@@ -18,7 +18,6 @@ import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, replace
-from types import SimpleNamespace
 
 import torch
 
@@ -83,23 +82,24 @@ def time_verify(dec: Decoder, prompt_ids: list[int], sizes: tuple[int, ...], rep
     ids = (prompt_ids * (context // len(prompt_ids) + 1))[:max(context, 1)]
     cache = new_cache(dec.target.config)  # the engine's own cache
     dec.body(input_ids=torch.tensor([ids], device=dec.device), cache=cache, use_cache=True)
-    past, st = len(ids), SimpleNamespace(target_cache=cache)
+    past = len(ids)
     runs: dict[int, list[float]] = {n: [] for n in sizes}
     for rnd in range(reps + 1):
         for n in sizes:
             parents = [-1] + [(i - 1) // 3 for i in range(1, n)]  # a bushy tree; the cost depends on n only
-            t0 = dec._sync()
-            dec.greedy_tokens(dec.verify(st, parents, ids[-1:] * n))
+            t0 = dec.sync()
+            dec.greedy_tokens(dec.verify(cache, parents, ids[-1:] * n))
             if rnd:
-                runs[n].append((dec._sync() - t0) * 1e3)
+                runs[n].append((dec.sync() - t0) * 1e3)
             truncate(cache, past)
     return {n: statistics.median(v) for n, v in runs.items()}
 
 
-def _timed_steps(dec: Decoder, ids: list[int], cfg: DecodeConfig) -> list[tuple[StepRecord, float]]:
+def _timed_steps(dec: Decoder, ids: list[int], cfg: DecodeConfig,
+                 prune: bool = True) -> list[tuple[StepRecord, float]]:
     """Each drafted step's record with its whole wall time in ms (drafting, verify, commit, the record)."""
     out, t0 = [], time.perf_counter()
-    for r in dec.run(ids, cfg):
+    for r in dec.run(ids, cfg, prune=prune):
         t1 = time.perf_counter()
         if r.nodes:
             out.append((r, (t1 - t0) * 1e3))
@@ -190,15 +190,12 @@ def _options(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes, 
     # level fully drafted at the largest top-k: the early cut (`rerank.cutoff`) drafts less the fewer nodes
     # are kept, so timing it at the smallest size would flatter the larger ones; the full cost is an upper
     # bound for every size and top-k.
-    rest, prune = {}, dec.prune
-    try:
-        dec.prune = False
-        for d in depths:
-            say(f"tuning EAGLE-2: timing drafting at depth {d}{vocab}")
-            steps = _timed_steps(dec, prompts[0], replace(big, depth=d, total_tokens=min(sizes), max_new_tokens=24))
-            rest[d] = statistics.median(ms - r.verify_ms for r, ms in steps)
-    finally:
-        dec.prune = prune
+    rest = {}
+    for d in depths:
+        say(f"tuning EAGLE-2: timing drafting at depth {d}{vocab}")
+        steps = _timed_steps(dec, prompts[0], replace(big, depth=d, total_tokens=min(sizes), max_new_tokens=24),
+                             prune=False)
+        rest[d] = statistics.median(ms - r.verify_ms for r, ms in steps)
     out = {"eagle2": [Option(n, d, replay_runs(runs, n, d, top_k=k), rest[d] + verify[n], top_k=k)
                       for n in sizes for d in depths for k in top_ks]}
     if sized:

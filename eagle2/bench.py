@@ -18,32 +18,10 @@ import torch
 
 from .config import STATIC_PRESET
 from .methods import LABELS, OURS, PEERS, STATIC_NODES, Shared, config_for, settings_of
+from .prompts import read_rows
 
 HF_LOOKUP_TOKENS = 10  # transformers' prompt_lookup_num_tokens default
 EQUAL_BUDGETS = range(2, STATIC_NODES + 1)  # node budgets the equal-budget replay reports
-
-
-def read_prompts(path: str | Path, limit: int | None = None) -> list[str]:
-    """Prompts from Spec-Bench / MT-bench jsonl: the first of `turns`, or `prompt`."""
-    return [text for text, _ in read_rows(path, limit)]
-
-
-def read_rows(path: str | Path, limit: int | None = None) -> list[tuple[str, str | None]]:
-    """(prompt, category) pairs of a Spec-Bench / MT-bench jsonl; the category is None where a row has none."""
-    rows = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{n}: not JSON: {e}") from None
-        text = row["turns"][0] if "turns" in row else row.get("prompt")
-        if not isinstance(text, str):
-            raise ValueError(f"{path}:{n}: no 'turns' or 'prompt' field")
-        cat = row.get("category")
-        rows.append((text, cat if isinstance(cat, str) else None))
-    return rows[:limit] if limit else rows
 
 
 def _hf(bundle, ids: list[int], max_new: int, lookup: bool) -> tuple[list[int], float]:
@@ -205,7 +183,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     rows = read_rows(args.prompts, args.limit)
-    prompts = [text for text, _ in rows]
+    prompts = [r.prompt for r in rows]
     if not prompts:
         raise ValueError(f"no prompts in {args.prompts}")
     if args.temperature != 0.0 and any(m in PEERS for m in methods):
@@ -218,7 +196,9 @@ def cmd_bench(args: argparse.Namespace) -> None:
     bundle = load(args.model, args.head, args.device, args.kernels, args.draft_dtype)
     print(bundle.describe(), file=sys.stderr)
     if args.sweep:
-        from .sweep import run_sweep, write_plots
+        from viz.sweep import write_plots
+
+        from .sweep import run_sweep
 
         rows = run_sweep(bundle, prompts, config_from(args, "eagle2"))
         for r in rows:
@@ -244,7 +224,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
         res["tuned"] = tuned
     if note:
         res["note"] = note
-    cats = by_category(res, [c for _, c in rows])
+    cats = by_category(res, [r.category for r in rows])
     if cats:
         res["categories"] = cats
     print(f"comparison: {res['comparison']}")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +64,13 @@ def parse_tree(spec: str | list, top_k: int) -> tuple[tuple[int, ...], ...]:
         if len(p) > 1 and p[:-1] not in known:
             raise ValueError(f"tree is not prefix-closed: path {list(p)} has no parent {list(p[:-1])}")
     return tuple(sorted(paths, key=lambda p: (len(p), p)))
+
+
+def cache_dir() -> Path:
+    """Where converted models and per-machine measurements are kept: $EAGLE2_CACHE, else ~/.cache/eagle2-viz."""
+    base = os.environ.get("EAGLE2_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "eagle2-viz")
+    return Path(base)
 
 
 STATIC_PRESET = "mc_sim_7b_63"  # EAGLE-1's tree: 25 nodes + root, depth 5

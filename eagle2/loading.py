@@ -9,13 +9,14 @@ import importlib.util
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
 
-from .int8 import is_int8, use_int8
+from .config import cache_dir
 
 EMBEDDED = "embedded"
 HUB_FALLBACK = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -39,12 +40,6 @@ def pick_device(device: str = "auto", dtype: str = "float32") -> tuple[torch.dev
     if device != "cpu" and torch.cuda.is_available():
         return torch.device("cuda"), getattr(torch, dtype)
     return torch.device("cpu"), torch.float32
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("EAGLE2_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "eagle2-viz")
-    return Path(base)
 
 
 def embedded_gguf() -> Path | None:
@@ -97,9 +92,9 @@ def resolve_model(model: str = EMBEDDED) -> str:
     return str(out)
 
 
-@dataclass
+@dataclass(eq=False)  # compared and hashed by identity: a decoder is kept per bundle (api.decoder_for)
 class Bundle:
-    """A loaded target, its tokenizer and its draft head, with where each came from."""
+    """A loaded target, its tokenizer and its draft head, with where each came from and how they compute."""
 
     target: torch.nn.Module
     tokenizer: object
@@ -108,26 +103,17 @@ class Bundle:
     dtype: torch.dtype
     model_name: str
     head_name: str
-    kernels: str = "torch"  # matmuls in use: "onednn" (eagle2/kernels.py) or "torch"
-
-    @property
-    def draft_dtype(self) -> str:
-        """How the head computes: "int8" (int8 weight rows, eagle2/int8.py) or its dtype's name."""
-        return "int8" if is_int8(self.head) else str(getattr(self.head, "dtype", self.dtype)).removeprefix("torch.")
+    kernels: str = "torch matmuls"  # the kernel plan in words (eagle2/cpu/plan.py)
+    draft_dtype: str = ""           # how the head computes: "int8" (int8 weight rows) or a dtype's name
+    draft_linear: Callable | None = None  # the layer scoring the draft's lm_head rows (eagle2/cpu), or None
+    greedy: Callable | None = None        # the target's exact argmax by bounds (eagle2/cpu/argmax.py), or None
 
     def describe(self) -> str:
         vocab = getattr(self.head, "draft_vocab", None)
         drafts = "" if vocab is None else f" (drafts over its {len(vocab):,} most frequent tokens)"
         dtype = str(self.dtype).removeprefix("torch.")
-        draft = "" if self.draft_dtype == dtype else f", draft {self.draft_dtype}"
-        on = self.kernels == "onednn"
-        few, own = (getattr(self.target, name, 0) if on else 0 for name in ("eagle2_stock_rows", "eagle2_own_rows"))
-        parts = [f"our row kernel up to {own} row{'s' * (own > 1)}"] if own else []
-        if few > own:
-            parts.append(f"PyTorch's up to {few} row{'s' * (few > 1)}")
-        rows = f" ({', '.join(parts)})" if parts else ""
-        return (f"model {self.model_name} | head {self.head_name}{drafts} | "
-                f"{self.device.type} {dtype}{draft} | {self.kernels} matmuls{rows}")
+        draft = "" if self.draft_dtype in ("", dtype) else f", draft {self.draft_dtype}"
+        return f"model {self.model_name} | head {self.head_name}{drafts} | {self.device.type} {dtype}{draft} | {self.kernels}"
 
 
 def load_target(model: str, device: torch.device, dtype: torch.dtype):
@@ -170,7 +156,6 @@ def resolve_head(head: str) -> str:
                            f"did not provide it ({type(e).__name__}: {e})") from None
 
 
-KERNELS = ("auto", "onednn", "torch")
 DRAFT_DTYPES = ("auto", "float32", "bfloat16", "int8")
 
 
@@ -183,13 +168,12 @@ def draft_dtype_for(draft_dtype: str, target_dtype: torch.dtype, device: torch.d
         raise ValueError(f"draft_dtype must be one of {', '.join(DRAFT_DTYPES)}, not {draft_dtype!r}")
     if draft_dtype != "auto":
         return draft_dtype
-    from . import kernels as k
-    from . import rowkernel
+    from .cpu import onednn, rows
 
     cpu32 = device.type == "cpu" and target_dtype == torch.float32 and kernels != "torch"
-    if cpu32 and rowkernel.load() is not None:
+    if cpu32 and rows.load() is not None:
         return "int8"
-    if cpu32 and k.supports(torch.bfloat16):
+    if cpu32 and onednn.supports(torch.bfloat16):
         return "bfloat16"
     return str(target_dtype).removeprefix("torch.")
 
@@ -200,45 +184,58 @@ def _shown(path: str) -> str:
     return path[len(root):] if path.startswith(root) else path
 
 
+def check_full_attention(config) -> None:
+    """Refuse a model whose attention uses sliding windows: the cache crop and the row selection after each verify
+    assume every layer attends to the whole prefix."""
+    kinds = getattr(config, "layer_types", None)
+    window = getattr(config, "sliding_window", None)
+    if kinds:
+        windowed = any(k != "full_attention" for k in kinds)
+    else:
+        windowed = bool(window) and getattr(config, "use_sliding_window", None) is not False
+    if windowed:
+        raise ValueError(f"{getattr(config, 'model_type', 'this model')} attends through a sliding window "
+                         f"(sliding_window={window}): eagle2-viz keeps and crops one full-attention cache per "
+                         "layer, so it runs full-attention models only")
+
+
 def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", kernels: str = "auto",
          draft_dtype: str = "auto", dtype: str = "float32") -> Bundle:
     """Load target + head. `head=None` takes the shipped head for the embedded model, else a random one.
-    `kernels`: `onednn` runs every float32 CPU linear layer of both through prepacked oneDNN matmuls
-    (eagle2/kernels.py), `torch` keeps PyTorch's default; `auto` means onednn where it applies. On a CPU both
-    also attend through `attention.tree_sdpa` (same numbers, no copy of grouped key/value heads).
+    `kernels` (eagle2/cpu): `auto` swaps every float32 CPU linear layer of both for a FastLinear following this
+    machine's kernel plan (timed once, then cached), `torch` keeps PyTorch's nn.Linear, `onednn` insists on the
+    plan. On a CPU both also attend through `tree_sdpa` (same numbers, no copy of grouped key/value heads).
     `draft_dtype`: the head's weights (`draft_dtype_for`: int8 rows or a dtype); the target keeps its own, so
     outputs do not change. `dtype`: the target's on CUDA (`pick_device`)."""
-    from . import kernels as k
-    from .attention import use_tree_sdpa
+    from . import cpu
     from .head import load_head, new_head
 
-    if kernels not in KERNELS:
-        raise ValueError(f"kernels must be one of {', '.join(KERNELS)}, not {kernels!r}")
+    if kernels not in cpu.KERNELS:
+        raise ValueError(f"kernels must be one of {', '.join(cpu.KERNELS)}, not {kernels!r}")
     dev, dtype = pick_device(device, dtype)
     head_dtype = draft_dtype_for(draft_dtype, dtype, dev, kernels)
     target, tok = load_target(model, dev, dtype)
+    check_full_attention(target.config)
     if head is None and model == EMBEDDED and (DEFAULT_HEAD / "config.json").exists():
         head = str(DEFAULT_HEAD)
     h = load_head(resolve_head(head), target) if head else new_head(target)
     h = h.cast(torch.float32 if head_dtype == "int8" else getattr(torch, head_dtype))
-    used = "torch"
-    if kernels != "torch" and k.available(target.get_output_embeddings().weight):
+    plan = cpu.KernelPlan()
+    if dev.type == "cpu":
+        plan = cpu.plan_for([target, h], kernels)
         try:
-            k.use_onednn(target)
-            k.use_onednn(h)
-            used = "onednn"
-        except RuntimeError as e:  # a oneDNN build that cannot pack these weights: keep PyTorch's kernels
-            k.restore(target)
-            k.restore(h)
+            cpu.accelerate(target, plan)
+            cpu.accelerate(h, plan, int8_rows=head_dtype == "int8")
+        except RuntimeError as e:  # a oneDNN build that cannot pack these weights (nothing was swapped)
             if kernels == "onednn":
                 raise ValueError(f"kernels=onednn: oneDNN could not pack the weights ({_first_line(e)})") from None
-    elif kernels == "onednn":
-        raise ValueError("kernels=onednn needs float32 weights on a CPU with oneDNN; use kernels=torch")
-    if head_dtype == "int8":  # over whichever kernels the layers have (for inputs of more rows)
-        use_int8(h)
-    if dev.type == "cpu":  # on CUDA a masked grouped-head SDPA falls back to the slow math kernel
-        use_tree_sdpa(target)
-        use_tree_sdpa(h)
+            plan = cpu.KernelPlan()
+        cpu.use_tree_sdpa(target)  # on CUDA a masked grouped-head SDPA falls back to the slow math kernel
+        cpu.use_tree_sdpa(h)
+    int8_rows = head_dtype == "int8"
     return Bundle(target=target, tokenizer=tok, head=h, device=dev, dtype=dtype,
                   model_name=("SmolLM2-135M-Instruct (embedded GGUF)" if model == EMBEDDED else model),
-                  head_name=_shown(getattr(h, "source", str(head))), kernels=used)
+                  head_name=_shown(getattr(h, "source", str(head))), kernels=plan.describe(),
+                  draft_dtype=head_dtype,
+                  draft_linear=cpu.draft_linear(plan, int8_rows) if plan.onednn or int8_rows else None,
+                  greedy=cpu.exact_greedy(target.get_output_embeddings()))

@@ -63,7 +63,11 @@ class StepRecord:
     draft_ms: float
     verify_ms: float
     commit_ms: float
-    target_forwards: int = 1
+
+    @property
+    def target_forwards(self) -> int:
+        """Target forwards the step took: one (the prefill, or the verify of the whole tree)."""
+        return 1
 
     @property
     def verified(self) -> tuple[Node, ...]:
@@ -82,7 +86,7 @@ class StepRecord:
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "StepRecord":
         nodes = tuple(Node(**n) for n in d["nodes"])
-        fields = {k: v for k, v in d.items() if k != "nodes"}
+        fields = {k: v for k, v in d.items() if k not in ("nodes", "target_forwards")}  # the latter: always 1
         for k in ("accepted", "new_tokens", "new_texts", "new_sources"):
             fields[k] = tuple(fields[k])
         return StepRecord(nodes=nodes, **fields)

@@ -58,22 +58,3 @@ def run_sweep(bundle, prompts: list[str], base: DecodeConfig, totals=TOTALS, dep
                      "tokens_per_s": tps, "tau": tau, "speedup": tps / vtps})
         progress(f"sweep {i}/{len(configs)}: {method} {label} tau={tau:.2f} x{tps / vtps:.2f}")
     return rows
-
-
-def write_plots(rows: list[dict], out_prefix: str) -> list[str]:
-    """Write the sweep figure as HTML, and as PNG when a headless chromium is available."""
-    from viz.sweep import sweep_figure
-
-    fig = sweep_figure(rows)
-    html = f"{out_prefix}.html"
-    fig.write_html(html, include_plotlyjs="cdn")
-    written = [html]
-    png = f"{out_prefix}.png"
-    try:
-        from viz.snapshot import html_to_png
-
-        html_to_png(fig.to_html(include_plotlyjs=True, full_html=True), png, width=1100, height=520)
-        written.append(png)
-    except (ImportError, RuntimeError, OSError) as e:
-        print(f"PNG not written ({e}); the HTML plot is at {html}", file=sys.stderr)
-    return written

@@ -1,4 +1,5 @@
-"""Readable text for single tokens, including tokens that hold only part of a UTF-8 character.
+"""Tokens as text: a user prompt encoded through the chat template, and readable text for single tokens, including
+tokens that hold only part of a UTF-8 character.
 
 Byte-level BPE splits an emoji or a CJK character over several tokens; decoding one alone gives U+FFFD.
 Such tokens are shown by their bytes instead (e.g. ' \\xf0\\x9f\\x98'), so trees stay honest and legible.
@@ -46,3 +47,11 @@ class TokenText:
         raw = bytes(_BYTES[c] for c in piece)
         text = raw.decode("utf-8", errors="backslashreplace")
         return text
+
+
+def encode_prompt(tokenizer, text: str, raw: bool = False) -> list[int]:
+    """Token ids of a user prompt, through the model's chat template unless `raw`."""
+    if raw or not getattr(tokenizer, "chat_template", None):
+        return tokenizer(text)["input_ids"]
+    return list(tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                              tokenize=True, return_dict=True)["input_ids"])

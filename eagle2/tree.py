@@ -1,7 +1,6 @@
 """Trees as data: a parents list (root = index 0, parent -1) plus tokens.
 
-`tree_inputs` derives the verification inputs (additive 4D mask, position ids, root-to-leaf paths) from
-the parents list; both tree kinds and the draft head's level-by-level drafting go through it.
+`tree_inputs` derives the verification inputs (additive 4D mask, position ids) from the parents list; both tree kinds and the draft head's level-by-level drafting go through it.
 `static_children` reads an EAGLE-1 tree given as child-rank paths; EAGLE-2's rerank is in `rerank`.
 """
 from __future__ import annotations
@@ -31,21 +30,6 @@ def ancestor_matrix(parents: list[int]) -> torch.Tensor:
     return m
 
 
-def leaf_paths(parents: list[int]) -> list[list[int]]:
-    """Root-to-leaf node-index paths, root included."""
-    has_child = {p for p in parents if p >= 0}
-    paths = []
-    for leaf in range(len(parents)):
-        if leaf in has_child:
-            continue
-        path, i = [], leaf
-        while i >= 0:
-            path.append(i)
-            i = parents[i]
-        paths.append(path[::-1])
-    return paths
-
-
 def additive_mask(visible: torch.Tensor, past_len: int, dtype: torch.dtype) -> torch.Tensor:
     """(1, 1, Q, past+K) additive float mask: every query sees the whole past plus the new keys `visible` allows."""
     q, k = visible.shape
@@ -59,14 +43,13 @@ def additive_mask(visible: torch.Tensor, past_len: int, dtype: torch.dtype) -> t
 class TreeInputs:
     mask: torch.Tensor          # (1, 1, N, past+N) additive float
     position_ids: torch.Tensor  # (1, N) = past_len + depth
-    paths: list[list[int]]      # root-to-leaf node indices
 
 
 def tree_inputs(parents: list[int], past_len: int, dtype: torch.dtype, device: torch.device | str = "cpu") -> TreeInputs:
     """Everything a stock transformers model needs to score a whole tree in one forward over its cache."""
     mask = additive_mask(ancestor_matrix(parents), past_len, dtype).to(device)
     pos = torch.tensor([past_len + d for d in depths(parents)], device=device)[None]
-    return TreeInputs(mask=mask, position_ids=pos, paths=leaf_paths(parents))
+    return TreeInputs(mask=mask, position_ids=pos)
 
 
 def static_children(paths: tuple[tuple[int, ...], ...]) -> dict[tuple[int, ...], list[int]]:

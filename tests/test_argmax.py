@@ -1,4 +1,4 @@
-"""Greedy tokens through a shortlist of bounds (eagle2/argmax.py), from int8 rows (our row kernel) or bf16 ones
+"""Greedy tokens through a shortlist of bounds (eagle2/cpu/argmax.py), from int8 rows (our row kernel) or bf16 ones
 (oneDNN): always the float32 argmax, settled by the shortlist alone on most rows, and sent to the full float32
 lm_head where the cheap copy cannot tell tokens apart."""
 from __future__ import annotations
@@ -6,8 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eagle2 import kernels, rowkernel
-from eagle2.argmax import GreedyTokens
+from eagle2 import cpu
+from eagle2.cpu import onednn as kernels
+from eagle2.cpu import rows as rowkernel
+from eagle2.cpu.argmax import GreedyTokens
+from eagle2.cpu.linear import FastLinear
 from eagle2.config import DecodeConfig
 from eagle2.engine import Decoder
 from tests.conftest import CharTokenizer, tiny_target
@@ -17,11 +20,10 @@ INT8 = pytest.param(8, marks=pytest.mark.skipif(rowkernel.why_not() is not None,
 BF16 = pytest.param(16, marks=pytest.mark.skipif(not kernels.native_bf16(), reason="needs native bf16"))
 
 
-def _lm_head(weight: torch.Tensor) -> torch.nn.Linear:
+def _lm_head(weight: torch.Tensor) -> FastLinear:
     lin = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
     lin.weight.data = weight
-    kernels.use_onednn(lin)
-    return lin.eval().requires_grad_(False)
+    return FastLinear.from_linear(lin, stock_rows=0, own_rows=0).eval().requires_grad_(False)
 
 
 def _cheap_scores(lm: torch.nn.Linear, h: torch.Tensor, bits: int) -> torch.Tensor:
@@ -91,19 +93,19 @@ def test_the_int8_kernel_bounds_every_exact_score_from_above_as_its_formula_says
     assert float((u - a).max()) < 0.1 * float(a.abs().max())  # the slack is small next to the scores
 
 
-def test_the_decoder_uses_it_only_with_onednn_and_the_output_is_unchanged():
+def test_it_applies_to_a_fast_lm_head_only_and_the_output_is_unchanged():
     from eagle2.head import new_head
 
     target = tiny_target(vocab=16, std=0.5)
     head = new_head(target, seed=1)
     cfg = DecodeConfig(method="eagle2", max_new_tokens=30, total_tokens=8, depth=3)
     before = [t for r in Decoder(target, head, CharTokenizer()).run([1, 2, 3], cfg) for t in r.new_tokens]
-    assert Decoder(target, head, CharTokenizer()).greedy_head is None  # PyTorch's kernels: the plain argmax
-    kernels.use_onednn(target)
-    dec = Decoder(target, head, CharTokenizer())
-    assert dec.greedy_head is not None
+    assert cpu.exact_greedy(target.get_output_embeddings()) is None  # PyTorch's nn.Linear: the plain argmax
+    cpu.accelerate(target, cpu.KernelPlan(onednn=True))
+    greedy = cpu.exact_greedy(target.get_output_embeddings())
+    dec = Decoder(target, head, CharTokenizer(), greedy=greedy)
     after = [t for r in dec.run([1, 2, 3], cfg) for t in r.new_tokens]
-    assert after == before and dec.greedy_head.rows > 0
+    assert after == before and greedy.rows > 0
 
 
 @pytest.mark.slow
@@ -111,12 +113,12 @@ def test_on_the_real_model_the_shortlist_settles_nearly_every_row(embedded):
     from eagle2.api import decoder_for
     from eagle2.engine import encode_prompt
 
-    dec = decoder_for(embedded)
-    if dec.greedy_head is None:
+    dec, greedy = decoder_for(embedded), embedded.greedy
+    if greedy is None:
         pytest.skip("the session's bundle does not run oneDNN kernels")
-    rows, settled = dec.greedy_head.rows, dec.greedy_head.settled
+    rows, settled = greedy.rows, greedy.settled
     ids = encode_prompt(embedded.tokenizer, "Name three colours of autumn leaves.")
     recs = list(dec.run(ids, DecodeConfig(method="eagle2", max_new_tokens=32)))
-    rows, settled = dec.greedy_head.rows - rows, dec.greedy_head.settled - settled
+    rows, settled = greedy.rows - rows, greedy.settled - settled
     verified = 1 + sum(1 for r in recs[1:] for n in r.nodes if n.status in ("root", "kept"))  # prefill: 1 row
     assert rows == verified and settled >= 0.9 * rows

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers.integrations import sdpa_attention
 
-from eagle2.attention import NAME, use_tree_sdpa
+from eagle2.cpu.attention import NAME, use_tree_sdpa
 from eagle2.cache import new_cache
 from eagle2.config import DecodeConfig
 from eagle2.engine import Decoder

@@ -47,26 +47,22 @@ def test_replay_with_floors_equals_running_the_tree_sized_by_confidence(embedded
     texts = warmup_texts()  # all eight, so that skipping near-floor cases still leaves 10 checked
     firsts = [list(dec.run(encode_prompt(embedded.tokenizer, t), big))[1] for t in texts]
     seen, checked = set(), 0
-    try:
-        dec.prune = False
-        # Depth caps up to 5: deeper, the bf16 draft's scores drift by up to ~0.1 between the big and the sized
-        # run (it rounds by batch, and a sized level batches fewer nodes), so a deep node's side of a floor is
-        # not reproducible; up to depth 5 they agreed within 0.005.
-        for n, d, p, x in [(8, 4, 0.05, 3), (12, 5, 0.03, 4), (26, 5, 0.04, 3), (6, 4, 0.12, 2)]:
-            small_cfg = replace(big, total_tokens=n, depth=d, min_prob=p, expand_prob=p * x)
-            for t, first_big in zip(texts, firsts):
-                floor, grow = math.log(p), math.log(p * x)
-                if any(min(abs(m.score - floor), abs(m.score - grow)) < 0.02 for m in first_big.nodes[1:]
-                       if m.depth <= d):
-                    continue  # the bf16 draft rounds by batch: a node this near a floor may fall either side
-                small = list(dec.run(encode_prompt(embedded.tokenizer, t), small_cfg))[1]
-                got = accept_with_floors(first_big, n, d, floor, grow)
-                assert got == (len(small.accepted) + 1, len(small.verified), max(m.depth for m in small.nodes)), \
-                    (n, d, p, x, t)
-                seen.add(got[1])
-                checked += 1
-    finally:
-        dec.prune = True
+    # Depth caps up to 5: deeper, the bf16 draft's scores drift by up to ~0.1 between the big and the sized
+    # run (it rounds by batch, and a sized level batches fewer nodes), so a deep node's side of a floor is
+    # not reproducible; up to depth 5 they agreed within 0.005.
+    for n, d, p, x in [(8, 4, 0.05, 3), (12, 5, 0.03, 4), (26, 5, 0.04, 3), (6, 4, 0.12, 2)]:
+        small_cfg = replace(big, total_tokens=n, depth=d, min_prob=p, expand_prob=p * x)
+        for t, first_big in zip(texts, firsts):
+            floor, grow = math.log(p), math.log(p * x)
+            if any(min(abs(m.score - floor), abs(m.score - grow)) < 0.02 for m in first_big.nodes[1:]
+                   if m.depth <= d):
+                continue  # the bf16 draft rounds by batch: a node this near a floor may fall either side
+            small = list(dec.run(encode_prompt(embedded.tokenizer, t), small_cfg, prune=False))[1]
+            got = accept_with_floors(first_big, n, d, floor, grow)
+            assert got == (len(small.accepted) + 1, len(small.verified), max(m.depth for m in small.nodes)), \
+                (n, d, p, x, t)
+            seen.add(got[1])
+            checked += 1
     assert checked >= 10 and len(seen) >= 3  # the floors really sized the trees differently
 
 
@@ -165,11 +161,10 @@ def test_a_smaller_top_k_replays_what_the_engine_accepts(tiny):
     in the recording), and never above the engine's own count deeper down."""
     target, head, tok = tiny
     dec = Decoder(target, head, tok, eos_ids=set())
-    dec.prune = False  # the recording expands every node it may
     big = DecodeConfig(total_tokens=40, depth=5, top_k=4, max_new_tokens=2)
     exact = below = 0
     for ids in PROMPTS:
-        first = list(dec.run(ids, big))[1]
+        first = list(dec.run(ids, big, prune=False))[1]  # the recording expands every node it may
         for n, d, k in [(3, 2, 2), (6, 2, 3), (8, 4, 2), (12, 5, 3)]:
             small = list(dec.run(ids, replace(big, total_tokens=n, depth=d, top_k=k)))[1]
             got, want = accept_top_k(first, n, d, k), len(small.accepted) + 1

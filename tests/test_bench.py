@@ -1,15 +1,18 @@
 """The bench's table and JSON on a tiny model: equality with greedy is reported only against a greedy run."""
 from __future__ import annotations
 
-from types import SimpleNamespace
+import pytest
 
-from eagle2.bench import by_category, format_categories, format_table, read_rows, run_bench
+from eagle2.bench import by_category, format_categories, format_table, run_bench
+from eagle2.prompts import PromptRow, read_rows
 from eagle2.config import DecodeConfig
+from eagle2.loading import Bundle
 
 
 def _bundle(tiny):
     target, head, tok = tiny
-    return SimpleNamespace(target=target, head=head, tokenizer=tok, device=target.device)
+    return Bundle(target=target, head=head, tokenizer=tok, device=target.device, dtype=target.dtype,
+                  model_name="tiny", head_name="random")
 
 
 def test_without_a_greedy_run_equality_is_unknown_not_zero(tiny):
@@ -47,8 +50,14 @@ def test_accept_length_by_category_adds_up_to_each_prompts_record(tiny):
 def test_read_rows_keeps_categories(tmp_path):
     f = tmp_path / "p.jsonl"
     f.write_text('{"turns": ["a b", "c"], "category": "writing"}\n\n{"prompt": "d e"}\n')
-    assert read_rows(f) == [("a b", "writing"), ("d e", None)]
-    assert read_rows(f, 1) == [("a b", "writing")]
+    assert read_rows(f) == [PromptRow("a b", "writing"), PromptRow("d e")]
+    assert read_rows(f, 1) == [PromptRow("a b", "writing")]
+    f.write_text('{"turns": ["a"]}\n{oops\n')
+    with pytest.raises(ValueError, match="p.jsonl:2: not JSON"):
+        read_rows(f)
+    f.write_text('{"text": "a"}\n')
+    with pytest.raises(ValueError, match="none of instruction, turns, prompt"):
+        read_rows(f)
 
 
 def test_runs_in_separate_processes_can_be_checked_token_for_token(tiny):

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eagle2 import int8, kernels, loading, rowkernel
+from eagle2 import cpu, loading
+from eagle2.cpu import onednn
+from eagle2.cpu import rows as rowkernel
 from eagle2.config import DecodeConfig
 from eagle2.engine import Decoder
 from eagle2.head import new_head
@@ -44,7 +46,8 @@ def test_a_bfloat16_draft_keeps_the_output_and_the_targets_embedding():
     assert target.get_output_embeddings().weight.dtype == torch.float32
     assert head.rotary.inv_freq.dtype == torch.float32
     fp32, bf16 = Decoder(target, ref_head, CharTokenizer()), Decoder(target, head, CharTokenizer())
-    assert bf16.head_dtype == torch.bfloat16 and bf16.draft_rows().w.dtype == torch.bfloat16
+    assert bf16.head_dtype == torch.bfloat16
+    assert bf16.draft_rows().logits(torch.zeros(1, 64, dtype=torch.bfloat16)).dtype == torch.bfloat16
     _same_output_close_probabilities(fp32, bf16)
 
 
@@ -60,29 +63,31 @@ def test_an_int8_draft_keeps_the_output_and_its_probabilities_stay_close():
     target = tiny_target(vocab=16, std=0.5)
     ref = Decoder(target, new_head(target, seed=1), CharTokenizer())
     head = new_head(target, seed=1)
-    assert int8.use_int8(head) == 8 and int8.is_int8(head)  # fc and the layer's seven linears
-    dec = Decoder(target, head, CharTokenizer())
-    assert dec.draft_rows().q8 is not None and target.get_output_embeddings().weight.dtype == torch.float32
+    plan = cpu.KernelPlan(onednn=True)
+    assert cpu.accelerate(head, plan, int8_rows=True) == 8  # fc and the layer's seven linears
+    assert all(m.q is not None for m in head.modules() if isinstance(m, cpu.FastLinear))
+    dec = Decoder(target, head, CharTokenizer(), draft_linear=cpu.draft_linear(plan, int8_rows=True))
+    assert dec.draft_rows().logits.q is not None and target.get_output_embeddings().weight.dtype == torch.float32
     _same_output_close_probabilities(ref, dec)
 
 
 def test_auto_picks_int8_where_the_row_kernel_builds_else_bfloat16_where_it_pays(monkeypatch):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     pick = loading.draft_dtype_for
-    monkeypatch.setattr(kernels, "native_bf16", lambda: True)
+    monkeypatch.setattr(onednn, "native_bf16", lambda: True)
     monkeypatch.setattr(rowkernel, "load", lambda: object())
     assert pick("auto", torch.float32, cpu, "auto") == "int8"
     assert pick("auto", torch.float32, cpu, "torch") == "float32"       # PyTorch's kernels: keep float32
     monkeypatch.setattr(rowkernel, "load", lambda: None)                # no row kernel here
-    if kernels.available(torch.zeros(1)):  # oneDNN present
+    if onednn.available(torch.zeros(1)):  # oneDNN present
         assert pick("auto", torch.float32, cpu, "auto") == "bfloat16"
     assert pick("auto", torch.bfloat16, cuda, "auto") == "bfloat16"     # already bf16: the target's own
     assert pick("auto", torch.float16, cuda, "auto") == "float16"
     assert pick("float32", torch.float32, cpu, "auto") == "float32"
     assert pick("bfloat16", torch.float32, cpu, "torch") == "bfloat16"  # asked for: given
-    monkeypatch.setattr(kernels, "native_bf16", lambda: False)
+    monkeypatch.setattr(onednn, "native_bf16", lambda: False)
     assert pick("auto", torch.float32, cpu, "auto") == "float32"        # emulated bf16 would not pay
-    assert not kernels.available(torch.zeros(1, dtype=torch.bfloat16))
+    assert not onednn.available(torch.zeros(1, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match="draft_dtype must be one of auto, float32, bfloat16, int8"):
         pick("half", torch.float32, cpu, "auto")
 
@@ -98,24 +103,28 @@ def test_the_cli_refuses_an_unknown_draft_dtype(capsys):
 @pytest.mark.slow
 def test_the_real_model_with_the_other_draft_dtypes_equals_greedy(embedded):
     """Whichever `auto` gave the session's bundle, the other cheap drafts decode the same tokens too."""
+    from eagle2.api import decoder_for
     from eagle2.engine import encode_prompt
     from eagle2.head import load_head
 
     ids = encode_prompt(embedded.tokenizer, "Write a short poem about autumn leaves.")
     cfg = DecodeConfig(method="eagle2", max_new_tokens=40)
-    base = [t for r in Decoder(embedded.target, embedded.head, embedded.tokenizer).run(ids, cfg) for t in r.new_tokens]
+    base = [t for r in decoder_for(embedded).run(ids, cfg) for t in r.new_tokens]
     plain = [t for r in Decoder(embedded.target, embedded.head, embedded.tokenizer).run(
         ids, DecodeConfig(method="vanilla", max_new_tokens=40)) for t in r.new_tokens]
     assert base == plain and len(plain) == 40
     for other in {"bfloat16", "int8"} - {embedded.draft_dtype}:
         head = load_head(loading.DEFAULT_HEAD, embedded.target)  # PyTorch's kernels for this copy
+        linear = None
         if other == "int8":
             if rowkernel.why_not() is not None:
                 continue
-            int8.use_int8(head)
+            cpu.accelerate(head, cpu.KernelPlan(), int8_rows=True)
+            linear = cpu.draft_linear(cpu.KernelPlan(), int8_rows=True)
         else:
             head.cast(torch.bfloat16)
-        mine = [t for r in Decoder(embedded.target, head, embedded.tokenizer).run(ids, cfg) for t in r.new_tokens]
+        dec = Decoder(embedded.target, head, embedded.tokenizer, draft_linear=linear)
+        mine = [t for r in dec.run(ids, cfg) for t in r.new_tokens]
         assert mine == plain, other
     dtype = str(embedded.dtype).removeprefix("torch.")
     assert (f"draft {embedded.draft_dtype}" in embedded.describe()) == (embedded.draft_dtype != dtype)

@@ -4,9 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eagle2 import kernels
 from eagle2.api import run
-from eagle2.bench import read_prompts
+from eagle2.prompts import read_prompts
 from eagle2.config import ASSETS, DecodeConfig
 from eagle2.engine import encode_prompt
 
@@ -19,20 +18,23 @@ PROMPTS = [
 ]
 
 
-def greedy_reference(bundle, ids, n):
-    """transformers' greedy generate with PyTorch's default kernels (the bundle may run oneDNN ones)."""
+def greedy_reference(target, ids, n):
+    """transformers' greedy generate."""
     x = torch.tensor([ids])
-    with kernels.stock(bundle.target):
-        out = bundle.target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False)
+    out = target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False)
     return out[0, len(ids):].tolist()
 
 
 @pytest.fixture(scope="module")
 def references(embedded):
+    """References from a copy of the model on PyTorch's own nn.Linear (the session's bundle runs FastLinear)."""
+    from eagle2.loading import load
+
+    stock = load("embedded", kernels="torch").target
     refs = {}
     for text, n in PROMPTS:
         ids = encode_prompt(embedded.tokenizer, text)
-        refs[text] = (ids, greedy_reference(embedded, ids, n))
+        refs[text] = (ids, greedy_reference(stock, ids, n))
     return refs
 
 
@@ -58,7 +60,7 @@ def test_limit_inside_an_accepted_path_on_the_real_model(embedded, references):
     limit = sum(len(r.new_tokens) for r in full.records if r.step < step.step) + 1
     cut = run(embedded, ids, DecodeConfig(method="eagle2", max_new_tokens=limit))
     assert len(cut.records[-1].accepted) >= 2 and len(cut.records[-1].new_tokens) == 1
-    assert cut.token_ids == greedy_reference(embedded, ids, limit)
+    assert cut.token_ids == greedy_reference(embedded.target, ids, limit)
 
 
 def test_plain_decoding_is_one_token_per_forward(embedded, references):
@@ -86,7 +88,7 @@ def test_lookup_branch_is_accepted_where_the_answer_copies_the_prompt(embedded):
     # (a "repeat this sentence" prompt is not enough: this model rewords the sentence)
     prompt = read_prompts(ASSETS / "bench" / "copy_heavy.jsonl")[1]
     ids = encode_prompt(embedded.tokenizer, prompt)
-    ref = greedy_reference(embedded, ids, 40)
+    ref = greedy_reference(embedded.target, ids, 40)
     plain = run(embedded, ids, DecodeConfig(max_new_tokens=40))
     looked = run(embedded, ids, DecodeConfig(max_new_tokens=40, lookup=True))
     assert plain.token_ids == ref and looked.token_ids == ref

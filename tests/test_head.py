@@ -60,3 +60,15 @@ def test_missing_or_corrupt_head(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(ValueError, match="unreadable"):
         load_head(tmp_path, tiny_target())
+
+
+def test_models_with_sliding_window_attention_are_refused():
+    from transformers import Gemma2Config, LlamaConfig, MistralConfig, Qwen2Config
+
+    from eagle2.loading import check_full_attention
+
+    for ok in (LlamaConfig(), Qwen2Config()):  # Qwen2's layers all attend fully unless it says otherwise
+        check_full_attention(ok)
+    for windowed in (MistralConfig(), Gemma2Config(), Qwen2Config(num_hidden_layers=2, layer_types=["full_attention", "sliding_attention"])):
+        with pytest.raises(ValueError, match="sliding window"):
+            check_full_attention(windowed)

@@ -1,18 +1,20 @@
-"""Prepacked oneDNN matmuls (eagle2/kernels.py): same products, same greedy tokens, training untouched."""
+"""FastLinear with prepacked oneDNN matmuls (eagle2/cpu): same products, same greedy tokens, training untouched."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from eagle2 import kernels
+from eagle2 import cpu
 from eagle2.config import DecodeConfig
+from eagle2.cpu import onednn
+from eagle2.cpu.linear import FastLinear
 from eagle2.engine import Decoder
 from tests.conftest import CharTokenizer, tiny_target
 
-pytestmark = pytest.mark.skipif(not kernels.available(torch.zeros(1)), reason="no oneDNN on this machine")
+pytestmark = pytest.mark.skipif(not onednn.available(torch.zeros(1)), reason="no oneDNN on this machine")
 
 
-def test_packed_linears_give_the_same_products_and_the_same_greedy_text():
+def test_fast_linears_give_the_same_products_and_the_same_greedy_text():
     from eagle2.head import new_head
 
     target = tiny_target(vocab=16, std=0.5)
@@ -20,28 +22,28 @@ def test_packed_linears_give_the_same_products_and_the_same_greedy_text():
     x = torch.arange(12)[None] % 16
     with torch.inference_mode():
         before = target(x).logits
-    n_linear = sum(isinstance(m, torch.nn.Linear) for m in target.modules())
-    assert kernels.use_onednn(target) == n_linear and kernels.use_onednn(target) == 0  # twice is harmless
-    kernels.use_onednn(head)
+    n_linear = sum(type(m) is torch.nn.Linear for m in target.modules())
+    plan = cpu.KernelPlan(onednn=True, stock_rows=0, own_rows=0)
+    assert cpu.accelerate(target, plan) == n_linear and cpu.accelerate(target, plan) == 0  # twice is harmless
+    assert not any(type(m) is torch.nn.Linear for m in target.modules())
+    assert "FastLinear" in repr(target) and "oneDNN packed" in repr(target)  # the module tree shows the swap
+    assert set(target.state_dict()) == set(tiny_target(vocab=16).state_dict())  # and saves as nn.Linear does
+    cpu.accelerate(head, plan)
     with torch.inference_mode():
         after = target(x).logits
     torch.testing.assert_close(after, before, atol=1e-4, rtol=1e-4)  # float32 sums in another order
-    dec = Decoder(target, head, CharTokenizer())
-    assert dec.draft_rows().packed is not None  # the draft's rows are packed too
+    dec = Decoder(target, head, CharTokenizer(), draft_linear=cpu.draft_linear(plan))
+    assert isinstance(dec.draft_rows().logits, cpu.FastLinear)  # the draft's rows are packed too
     plain = [t for r in dec.run([1, 2, 3], DecodeConfig(method="vanilla", max_new_tokens=30)) for t in r.new_tokens]
     for method in ("eagle2", "eagle1"):
         out = [t for r in dec.run([1, 2, 3], DecodeConfig(method=method, max_new_tokens=30)) for t in r.new_tokens]
         assert out == plain, method
-    with kernels.stock(target), torch.inference_mode():
-        assert torch.equal(target(x).logits, before)  # the block restores PyTorch's own kernels exactly
-    assert all(kernels.patched(m) for m in target.modules() if isinstance(m, torch.nn.Linear))
 
 
-def test_training_through_a_patched_layer_uses_autograd():
-    lin = torch.nn.Linear(8, 4)
-    kernels.use_onednn(lin)
+def test_training_through_a_fast_layer_uses_autograd():
+    lin = FastLinear.from_linear(torch.nn.Linear(8, 4), stock_rows=0, own_rows=0)
     x = torch.randn(3, 8, requires_grad=True)
-    lin(x).sum().backward()  # the packed op has no backward: the original forward must have run
+    lin(x).sum().backward()  # the packed op has no backward: the plain product must have run
     assert x.grad is not None and lin.weight.grad is not None
     with torch.no_grad():
         torch.testing.assert_close(lin(x), x @ lin.weight.T + lin.bias)
@@ -54,7 +56,7 @@ def test_load_rejects_unknown_kernels():
         load("embedded", kernels="fast")
 
 
-def test_a_packing_failure_leaves_the_model_on_its_own_kernels(monkeypatch):
+def test_a_packing_failure_leaves_the_model_as_it_was(monkeypatch):
     target = tiny_target()
     x = torch.arange(6)[None]
     with torch.inference_mode():
@@ -65,26 +67,21 @@ def test_a_packing_failure_leaves_the_model_on_its_own_kernels(monkeypatch):
         calls.append(w.shape)
         if len(calls) == 3:
             raise RuntimeError("oneDNN: unsupported")
-        return torch.ops.mkldnn._reorder_linear_weight(w, kernels.ROWS_HINT)
+        return torch.ops.mkldnn._reorder_linear_weight(w, onednn.ROWS_HINT)
 
-    monkeypatch.setattr(kernels, "pack", flaky)
+    monkeypatch.setattr(onednn, "pack", flaky)
     with pytest.raises(RuntimeError, match="unsupported"):
-        kernels.use_onednn(target)
-    assert not any(kernels.patched(m) for m in target.modules())  # nothing half-switched
-    monkeypatch.undo()
-    assert kernels.use_onednn(target) > 0
-    kernels.restore(target)
-    assert not any(kernels.patched(m) for m in target.modules())
+        cpu.accelerate(target, cpu.KernelPlan(onednn=True))
+    assert not any(isinstance(m, FastLinear) for m in target.modules())  # nothing half-switched
     with torch.inference_mode():
         assert torch.equal(target(x).logits, before)
 
 
 def test_few_rows_keep_pytorchs_kernel_and_more_rows_run_the_packed_one(monkeypatch):
-    lin = torch.nn.Linear(16, 8)
-    assert kernels.use_onednn(lin, few_rows=2, own=0) == 1 and lin.eagle2_stock_rows == 2
+    lin = FastLinear.from_linear(torch.nn.Linear(16, 8), stock_rows=2, own_rows=0)
     used = []
-    real = kernels.packed_linear
-    monkeypatch.setattr(kernels, "packed_linear", lambda *a: used.append(a[0].shape) or real(*a))
+    real = onednn.packed_linear
+    monkeypatch.setattr(onednn, "packed_linear", lambda *a: used.append(a[0].shape) or real(*a))
     with torch.inference_mode():
         for rows in (1, 2, 3, 5):
             x = torch.randn(1, rows, 16)
@@ -92,20 +89,35 @@ def test_few_rows_keep_pytorchs_kernel_and_more_rows_run_the_packed_one(monkeypa
     assert used == [(1, 3, 16), (1, 5, 16)]  # one and two rows ran PyTorch's own kernel
 
 
+def test_the_plan_is_timed_once_per_machine_and_read_back(tmp_path, monkeypatch):
+    monkeypatch.setenv("EAGLE2_CACHE", str(tmp_path))
+    target = tiny_target()
+    timed = []
+    real = onednn.stock_rows
+    monkeypatch.setattr(onednn, "stock_rows", lambda *a, **k: timed.append(1) or real(*a, **k))
+    first = cpu.plan_for([target])
+    assert first.onednn and timed == [1] and len(list(tmp_path.glob("kernels-*.json"))) == 1
+    assert cpu.plan_for([target]) == first and timed == [1]  # read back: the same dispatch in every run
+    monkeypatch.setenv("EAGLE2_KERNELS_RETIME", "1")
+    cpu.plan_for([target])
+    assert timed == [1, 1]
+    assert cpu.plan_for([target], "torch") == cpu.KernelPlan() and "torch" in cpu.KernelPlan().describe()
+
+
 def test_stock_rows_keeps_pytorchs_kernel_only_up_to_its_first_loss(monkeypatch):
     layers = [torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)]
-    packed = [kernels.pack(m.weight) for m in layers]
+    packed = [onednn.pack(m.weight) for m in layers]
     # timings in call order: (PyTorch's, packed) for 1, 2, 3, ... rows
     script = iter([10.0, 12.0,    # 1 row: PyTorch's 17% faster
                    10.0, 11.0,    # 2 rows: 9% faster
                    10.0, 10.2,    # 3 rows: within MARGIN: packed wins, timing stops here
                    10.0, 20.0])   # (4 rows would favour PyTorch's again: never timed)
-    timed, real = [], kernels._best_ms
-    monkeypatch.setattr(kernels, "_best_ms", lambda f, reps: timed.append(f()) or next(script))
-    assert kernels.stock_rows(layers, packed) == 2
+    timed, real = [], onednn._best_ms
+    monkeypatch.setattr(onednn, "_best_ms", lambda f, reps: timed.append(f()) or next(script))
+    assert onednn.stock_rows(layers, packed) == 2
     assert len(timed) == 6
     script = iter([12.0, 10.0])  # the packed kernel wins at one row: it runs everything
-    assert kernels.stock_rows(layers, packed) == 0
+    assert onednn.stock_rows(layers, packed) == 0
     monkeypatch.undo()
     assert real(lambda: None, 2) >= 0.0
-    assert kernels.stock_rows(layers, packed) in (0, *kernels.CALIBRATE_ROWS)  # real timings: any answer is safe
+    assert onednn.stock_rows(layers, packed) in (0, *onednn.CALIBRATE_ROWS)  # real timings: any answer is safe

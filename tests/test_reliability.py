@@ -105,8 +105,12 @@ def test_no_remote_code_anywhere():
 def test_the_page_offers_operator_presets_only():
     """No textbox on the page names a model or head: the dropdown lists the operator's presets."""
     text = (ROOT / "app.py").read_text() + (ROOT / "app_parts" / "settings.py").read_text()
-    assert not re.search(r"gr\.Textbox\([^)]*(model|head)", text, flags=re.I)
-    assert re.search(r"gr\.Dropdown\(", text)
+    boxes = [_call_text(text, m.end() - 1) for m in re.finditer(r"gr\.Textbox\(", text)]
+    assert len(boxes) >= 2  # the prompt and the custom tree: the scan found the page's text boxes
+    for call in boxes:  # each whole call, nested parentheses and all
+        assert not re.search(r"\b(model|head)\b", call, flags=re.I), call
+    dropdown = _call_text(text, re.search(r"ui\.model_dd = gr\.Dropdown\(", text).end() - 1)
+    assert "names" in dropdown and "names = list(presets)" in text  # its choices are the presets' names
 
 
 def test_two_processes_converting_the_gguf_at_once_both_succeed(tmp_path, monkeypatch):

@@ -1,16 +1,19 @@
-"""Our row kernel (eagle2/rowkernel.py): the float32 product, rows independent of each other, and the
-dispatch `kernels.use_onednn` builds around it."""
+"""Our row kernel (eagle2/cpu/rows.py): the float32 product, rows independent of each other, and the dispatch
+FastLinear builds around it."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from eagle2 import kernels, rowkernel
+from eagle2 import cpu
+from eagle2.cpu import onednn
+from eagle2.cpu import rows as rowkernel
+from eagle2.cpu.linear import FastLinear
 from eagle2.config import DecodeConfig
 from eagle2.engine import Decoder
 from tests.conftest import CharTokenizer, tiny_target
 
-pytestmark = pytest.mark.skipif(rowkernel.why_not() is not None or not kernels.available(torch.zeros(1)),
+pytestmark = pytest.mark.skipif(rowkernel.why_not() is not None or not onednn.available(torch.zeros(1)),
                                 reason=f"row kernel not available here: {rowkernel.why_not()}")
 
 
@@ -52,8 +55,9 @@ def test_dispatch_by_rows_and_the_same_greedy_text(built, monkeypatch):
     head = new_head(target, seed=1)
     dec = Decoder(target, head, CharTokenizer())
     plain = [t for r in dec.run([1, 2, 3], DecodeConfig(method="vanilla", max_new_tokens=30)) for t in r.new_tokens]
-    assert kernels.use_onednn(target, few_rows=0, own=3) > 0 and target.eagle2_own_rows == 3
-    lin = next(m for m in target.modules() if isinstance(m, torch.nn.Linear))
+    assert cpu.accelerate(target, cpu.KernelPlan(onednn=True, stock_rows=0, own_rows=3)) > 0
+    lin = next(m for m in target.modules() if isinstance(m, FastLinear))
+    assert lin.own_rows == 3 and "row kernel up to 3 rows" in repr(lin)
     used, real = [], rowkernel.linear
     monkeypatch.setattr(rowkernel, "linear", lambda x, *a: used.append(x.shape[-2]) or real(x, *a))
     with torch.inference_mode():
@@ -70,27 +74,26 @@ def test_dispatch_by_rows_and_the_same_greedy_text(built, monkeypatch):
 
 def test_own_rows_takes_row_counts_up_to_the_first_confirmed_loss(built, monkeypatch):
     layers = [torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)]
-    packed = [kernels.pack(m.weight) for m in layers]
+    packed = [onednn.pack(m.weight) for m in layers]
     # timings in call order: (the other, ours) per timing; the other is PyTorch's up to few=1, then packed
     script = iter([10.0, 10.0,               # 1 row: a tie goes to ours
                    10.0, 12.0, 10.0, 10.3,   # 2 rows: ours 20% slower once, within MARGIN when retimed
                    10.0, 11.0, 10.0, 11.0,   # 3 rows: 10% slower twice: stop
                    10.0, 1.0])               # (never timed)
     timed = []
-    monkeypatch.setattr(kernels, "_best_ms", lambda f, reps: timed.append(f()) or next(script))
-    assert kernels.own_rows(layers, packed, few=1) == 2 and len(timed) == 10
+    monkeypatch.setattr(onednn, "_best_ms", lambda f, reps: timed.append(f()) or next(script))
+    assert onednn.own_rows(layers, packed, few=1) == 2 and len(timed) == 10
     script = iter([10.0, 12.0, 10.0, 12.0])
-    assert kernels.own_rows(layers, packed, few=1) == 0
+    assert onednn.own_rows(layers, packed, few=1) == 0
     monkeypatch.undo()
-    assert kernels.own_rows(layers, packed, few=1) in (0, *kernels.OWN_ROWS)  # real timings: any answer is safe
+    assert onednn.own_rows(layers, packed, few=1) in (0, *onednn.OWN_ROWS)  # real timings: any answer is safe
 
 
 def test_bfloat16_layers_never_take_the_row_kernel():
     lin = torch.nn.Linear(8, 8).to(torch.bfloat16)
-    if not kernels.available(lin.weight):
+    if not onednn.available(lin.weight):
         pytest.skip("no native bf16 here")
-    kernels.use_onednn(lin, few_rows=0)
-    assert lin.eagle2_own_rows == 0
+    assert FastLinear.from_linear(lin, stock_rows=0, own_rows=8).own_rows == 0
 
 
 def test_turned_off_it_says_why(monkeypatch):

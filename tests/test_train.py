@@ -11,7 +11,8 @@ import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from eagle2.head import load_head, save_head
-from eagle2.train.data import (GREEDY, SAMPLED, TEACHER, Sequence, load_sequences, read_prompts, read_shard,
+from eagle2.prompts import read_prompts
+from eagle2.train.data import (GREEDY, SAMPLED, TEACHER, Sequence, load_sequences, read_shard,
                                generate_responses, target_features, target_features_argmax, write_shard)
 from eagle2.train.checkpoint import latest_checkpoint, load_latest_head, trainable_head
 from eagle2.train.batches import collate, load_split, make_batches
@@ -391,7 +392,7 @@ def test_shipped_heldout_rows_are_the_cards_held_out_prompts():
 
 
 def test_generation_dtype_is_the_devices_unless_bf16_is_asked_for_and_native():
-    from eagle2.kernels import native_bf16
+    from eagle2.cpu.onednn import native_bf16
     from eagle2.train.cli import _generation_dtype
 
     cpu = torch.device("cpu")

@@ -7,8 +7,24 @@ from transformers import DynamicCache
 
 from eagle2.config import DecodeConfig, parse_tree
 from eagle2.rerank import Candidate, select_dynamic
-from eagle2.tree import ancestor_matrix, depths, leaf_paths, tree_inputs
+from eagle2.tree import ancestor_matrix, depths, tree_inputs
 from tests.conftest import tiny_target
+
+
+def leaf_paths(parents: list[int]) -> list[list[int]]:
+    """Root-to-leaf node-index paths, root included (the sequences a tree forward must match)."""
+    has_child = {p for p in parents if p >= 0}
+    paths = []
+    for leaf in range(len(parents)):
+        if leaf in has_child:
+            continue
+        path, i = [], leaf
+        while i >= 0:
+            path.append(i)
+            i = parents[i]
+        paths.append(path[::-1])
+    return paths
+
 
 PARENTS = [-1, 0, 0, 1, 1, 2, 3, 5]  # root with two branches of depth 3
 
@@ -17,7 +33,7 @@ def test_tree_inputs_shape_positions_paths():
     ti = tree_inputs(PARENTS, past_len=5, dtype=torch.float32)
     assert ti.mask.shape == (1, 1, 8, 13)
     assert ti.position_ids.tolist() == [[5 + d for d in depths(PARENTS)]] == [[5, 6, 6, 7, 7, 7, 8, 8]]
-    assert sorted(map(tuple, ti.paths)) == sorted([(0, 1, 3, 6), (0, 1, 4), (0, 2, 5, 7)])
+    assert sorted(map(tuple, leaf_paths(PARENTS))) == sorted([(0, 1, 3, 6), (0, 1, 4), (0, 2, 5, 7)])
     visible = ti.mask[0, 0] == 0
     assert visible[:, :5].all()  # the whole cached prefix is visible to every node
     anc = ancestor_matrix(PARENTS)

@@ -376,7 +376,7 @@ def test_tree_size_replay_from_the_run_records():
     n - 1 nodes in drafting order, a (0), b (1), c (2), d (3): tau 1, 2, 2, 3, 3."""
     recs = [plain_record(0, "A", "eagle2"), _chain_record()]
     static = [plain_record(0, "A", "eagle1"), _chain_record("eagle1")]
-    rows, why = tree_size_table(recs, {"temperature": 0.0}, static)
+    rows, why = tree_size_table(recs, {"settings": {"temperature": 0.0}}, static)
     assert why is None
     assert [(r["nodes"], r["eagle2"], r["eagle1"]) for r in rows] == [
         (1, 1.0, 1.0), (2, 2.0, 2.0), (3, 3.0, 2.0), (4, 3.0, 3.0), (5, 3.0, 3.0)]
@@ -386,7 +386,7 @@ def test_tree_size_replay_from_the_run_records():
     assert list(line2.y) == [1.0, 2.0, 3.0, 3.0, 3.0] and (own2.x[0], own2.y[0]) == (5, 3.0)
     assert list(line1.y) == [1.0, 2.0, 2.0, 3.0, 3.0] and "mc_sim_7b_63" in line1.name and "EAGLE-1" in own1.name
     assert fig.layout.annotations[0].text == "EAGLE-2: 3 nodes already accept as much as 5"
-    for meta, words in [({"temperature": 0.7}, "greedy"), ({"lookup": True}, "prompt-lookup")]:
+    for meta, words in [({"settings": {"temperature": 0.7}}, "greedy"), ({"settings": {"lookup": True}}, "prompt-lookup")]:
         assert tree_size_table(recs, meta)[0] == [] and words in tree_size_table(recs, meta)[1]
         assert words in tree_size_figure(recs, meta).layout.annotations[0].text
     assert "no EAGLE-2 steps" in tree_size_figure([plain_record(0, "A", "eagle2")], {}).layout.annotations[0].text

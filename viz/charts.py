@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 
 from eagle2.records import ACCEPTED, KEPT, REJECTED, Node, StepRecord, summarise
 from viz.colours import colour
+from viz.empty import note_figure
 
 
 def _decided(records: Iterable[StepRecord], scored_only: bool = False) -> Iterable[Node]:
@@ -19,15 +20,6 @@ def _decided(records: Iterable[StepRecord], scored_only: bool = False) -> Iterab
         for n in r.nodes:
             if n.status == KEPT and n.verdict in (ACCEPTED, REJECTED) and (not scored_only or r.scored(n)):
                 yield n
-
-
-def _note_figure(text: str, title: str) -> go.Figure:
-    fig = go.Figure()
-    fig.update_layout(template="none", title=dict(text=title, x=0.01), margin=dict(l=10, r=10, t=40, b=10),
-                      xaxis=dict(visible=False), yaxis=dict(visible=False))
-    fig.add_annotation(text=text, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
-                       font=dict(size=14, color="#555555"))
-    return fig
 
 
 def calibration_table(records: list[StepRecord], bins: int = 10) -> list[dict]:
@@ -54,7 +46,7 @@ def calibration_figure(runs: dict[str, list[StepRecord]], bins: int = 10) -> go.
     title = "Draft calibration: acceptance rate by draft probability"
     tables = {m: [row for row in calibration_table(recs, bins) if row["n"]] for m, recs in runs.items()}
     if not any(tables.values()):
-        return _note_figure("no verified draft nodes yet", title)
+        return note_figure("no verified draft nodes yet", title)
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="calibrated (y = x)",
                              line=dict(color="#999999", dash="dash"), hoverinfo="skip"))
@@ -99,7 +91,7 @@ def position_heatmap(records: list[StepRecord], max_depth: int | None = None,
     table = {k: v for k, v in position_table(records).items()
              if (max_depth is None or k[0] <= max_depth) and (max_rank is None or k[1] <= max_rank)}
     if not table:
-        return _note_figure("no verified draft nodes yet", title)
+        return note_figure("no verified draft nodes yet", title)
     depths = list(range(min(d for d, _ in table), max(d for d, _ in table) + 1))
     ranks = list(range(0, max(r for _, r in table) + 1))
     z, text, custom = [], [], []
@@ -147,7 +139,7 @@ def accept_length_figure(runs: dict[str, list[StepRecord]]) -> go.Figure:
                            "<br>(%{customdata[0]} accepted drafts + bonus)<extra></extra>"),
         ))
     if not fig.data:
-        return _note_figure("no decoding steps yet", title)
+        return note_figure("no decoding steps yet", title)
     fig.update_layout(
         template="none", title=dict(text=title, x=0.01), margin=dict(l=60, r=10, t=40, b=50),
         xaxis=dict(title=dict(text="step")),

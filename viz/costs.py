@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 
 from eagle2.records import StepRecord
 from viz.colours import colour
+from viz.empty import note_figure
 
 TITLE = "What a tree size costs here: the accept length it needs to beat plain decoding"
 WHY = ("On a CPU every verified row adds to a forward's cost, so small trees pay; on a GPU a forward over dozens of "
@@ -46,14 +47,10 @@ def _run_point(records: list[StepRecord]) -> tuple[float, float] | None:
 def cost_figure(costs: dict | None, runs: dict[str, list[StepRecord]], depth: int,
                 labels: dict[str, str] | None = None) -> go.Figure:
     """The break-even accept length by tree size at the run's EAGLE-2 depth, with each tree as it ran."""
-    fig = go.Figure()
     if not costs:
-        fig.update_layout(template="none", title=dict(text=TITLE, x=0.01), margin=dict(l=10, r=10, t=40, b=10),
-                          xaxis=dict(visible=False), yaxis=dict(visible=False))
-        fig.add_annotation(text="no costs measured for this run: the page measures them on a CPU when it tunes the "
-                                "tree size for the machine", x=0.5, y=0.5, xref="paper", yref="paper",
-                           showarrow=False, font=dict(size=13, color="#555555"))
-        return fig
+        return note_figure("no costs measured for this run: the page measures them on a CPU when it tunes the tree "
+                           "size for the machine", TITLE, size=13)
+    fig = go.Figure()
     points = {m: p for m, p in ((m, _run_point(r)) for m, r in runs.items()) if p}
     top = max([26, *[int(p[0]) + 2 for p in points.values()]])
     top = min(top, max(int(k) for k in costs["verify_ms"]))

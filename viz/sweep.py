@@ -33,3 +33,22 @@ def sweep_figure(rows: list[dict]) -> go.Figure:
     fig.update_xaxes(title_text="verified nodes per step (root included)")
     fig.update_layout(template="none", height=480, margin={"l": 60, "r": 20, "t": 60, "b": 60})
     return fig
+
+
+def write_plots(rows: list[dict], out_prefix: str) -> list[str]:
+    """Write the sweep figure as HTML, and as PNG when a headless chromium is available."""
+    import sys
+
+    fig = sweep_figure(rows)
+    html = f"{out_prefix}.html"
+    fig.write_html(html, include_plotlyjs="cdn")
+    written = [html]
+    png = f"{out_prefix}.png"
+    try:
+        from viz.snapshot import html_to_png
+
+        html_to_png(fig.to_html(include_plotlyjs=True, full_html=True), png, width=1100, height=520)
+        written.append(png)
+    except (ImportError, RuntimeError, OSError) as e:
+        print(f"PNG not written ({e}); the HTML plot is at {html}", file=sys.stderr)
+    return written

@@ -14,6 +14,7 @@ import math
 import plotly.graph_objects as go
 
 from eagle2.records import PRUNED, REJECTED, ROOT, UNEXPANDED, Node, StepRecord
+from viz.empty import note_figure
 from viz.labels import label_html
 from viz.layout import tidy_layout
 
@@ -150,14 +151,10 @@ def _base_layout(fig: go.Figure, title: str) -> None:
 
 
 def _empty_figure(record: StepRecord, title: str) -> go.Figure:
-    fig = go.Figure()
-    _base_layout(fig, title)
     what = "prefill: no draft tree" if record.step == 0 else "plain decoding: one token per forward"
     produced = "".join(record.new_texts)
     note = f"{what}<br>the target produced “{label_html(produced, 30)}”" if record.new_texts else what
-    fig.add_annotation(text=note, x=0.5, y=0.5, xref="paper", yref="paper",
-                       showarrow=False, font=dict(size=15, color="#555555"))
-    return fig
+    return note_figure(note, title, size=15)
 
 
 def _auto_title(record: StepRecord, bonus: bool) -> str:

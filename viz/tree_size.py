@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from eagle2.records import StepRecord
 from eagle2.replay import size_curve
 from viz.colours import colour
+from viz.empty import note_figure
 
 TITLE = "Accept length by tree size, replayed from this run's steps"
 
@@ -32,7 +33,7 @@ def tree_size_table(eagle2: list[StepRecord], meta: dict,
     steps = {"eagle2": _drafted(eagle2), "eagle1": _drafted(eagle1 or [])}
     if not steps["eagle2"]:
         return [], "no EAGLE-2 steps yet"
-    settings = meta.get("settings") or meta  # the page nests a run's settings; a bare dict of them works too
+    settings = meta.get("settings", {})
     if float(settings.get("temperature") or 0.0) > 0.0:
         return [], "the replay needs greedy decoding (temperature 0): a sampled verdict depends on its draw"
     if float(settings.get("min_prob") or 0.0) > 0.0 or float(settings.get("expand_prob") or 0.0) > 0.0:
@@ -57,13 +58,9 @@ def _measured(records: list[StepRecord]) -> tuple[int, float] | None:
 def tree_size_figure(eagle2: list[StepRecord], meta: dict, eagle1: list[StepRecord] | None = None) -> go.Figure:
     """Both tree kinds' replayed accept length for every smaller tree, with each run itself marked."""
     rows, why = tree_size_table(eagle2, meta, eagle1)
-    fig = go.Figure()
     if why:
-        fig.update_layout(template="none", title=dict(text=TITLE, x=0.01), margin=dict(l=10, r=10, t=40, b=10),
-                          xaxis=dict(visible=False), yaxis=dict(visible=False))
-        fig.add_annotation(text=why, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
-                           font=dict(size=14, color="#555555"))
-        return fig
+        return note_figure(why, TITLE)
+    fig = go.Figure()
     static = meta.get("static_tree") or "static tree"
     how = {"eagle2": ("EAGLE-2, replayed", "the %{x} best nodes (root included)"),
            "eagle1": (f"EAGLE-1, replayed ({static} cut breadth first)", "its first %{x} nodes (root included)")}

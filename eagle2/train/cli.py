@@ -39,7 +39,7 @@ def _generation_dtype(choice: str, device: torch.device, default: torch.dtype) -
     if choice == "auto":
         return default
     if choice == "bfloat16" and device.type == "cpu":
-        from ..kernels import native_bf16
+        from ..cpu.onednn import native_bf16
         if not native_bf16():
             raise SystemExit("error: --dtype bfloat16 on this CPU would be emulated and slower; leave it out")
     return {"float32": torch.float32, "bfloat16": torch.bfloat16}[choice]
@@ -47,9 +47,10 @@ def _generation_dtype(choice: str, device: torch.device, default: torch.dtype) -
 
 def cmd_generate(args: argparse.Namespace) -> None:
     """Self-distil: the target answers the prompts; its tokens and features go to shards."""
-    from .data import GenConfig, generate_dataset, measure_throughput, read_rows
+    from ..prompts import read_rows
+    from .data import GenConfig, generate_dataset, measure_throughput
 
-    rows = read_rows(args.prompts)
+    rows = [(r.prompt, r.reference) for r in read_rows(args.prompts)]
     if args.rows:
         if args.skip or args.limit:
             raise SystemExit("error: --rows picks the prompts itself; leave out --skip and --limit")
@@ -105,7 +106,7 @@ def cmd_heldout(args: argparse.Namespace) -> None:
 
 def cmd_instructions(args: argparse.Namespace) -> None:
     """The target writes new user prompts (jsonl) that share no long word sequence with --exclude files."""
-    from .data import read_prompts
+    from ..prompts import read_prompts
     from .instructions import write_instructions
 
     target, tok = _load_target(args)

@@ -60,35 +60,6 @@ class Sequence:
         return out
 
 
-def read_rows(path: str | Path) -> list[tuple[str, str | None]]:
-    """(user prompt, reference answer or None) from json/jsonl rows with `instruction`(+`input`, `output`),
-    `turns` (first turn) or `prompt`."""
-    text = Path(path).read_text()
-    try:
-        rows = json.loads(text)
-        rows = rows if isinstance(rows, list) else [rows]
-    except json.JSONDecodeError:
-        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-    out: list[tuple[str, str | None]] = []
-    for r in rows:
-        if "instruction" in r:
-            extra = (r.get("input") or "").strip()
-            out.append((r["instruction"].strip() + ("\n\n" + extra if extra else ""), r.get("output")))
-        elif "turns" in r:
-            out.append((r["turns"][0], None))
-        elif "prompt" in r:
-            out.append((r["prompt"], r.get("response")))
-        else:
-            raise ValueError(f"{path}: a row has none of instruction, turns, prompt: {sorted(r)[:5]}")
-    return out
-
-
-def read_prompts(path: str | Path, limit: int | None = None) -> list[str]:
-    """User prompts only (see read_rows)."""
-    prompts = [p for p, _ in read_rows(path)]
-    return prompts[:limit] if limit else prompts
-
-
 def eos_ids(target) -> set[int]:
     """The target's end-of-sequence ids as a set."""
     eos = target.generation_config.eos_token_id

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import torch
 
-from . import int8, kernels, rowkernel
+from . import int8, onednn
+from . import rows as rowkernel
+from .linear import FastLinear
 
 BF16_OUT = 2.0 ** -7   # bf16 output rounding, relative (unit roundoff 2^-8: this holds even for truncation)
 SAFETY = 2.0           # the float32 accumulation bounds are taken twice over (kernels may round once more)
@@ -50,13 +52,13 @@ class _Bf16Bounds:
 
     def __init__(self, w: torch.Tensor, gamma: float):
         w16 = w.to(torch.bfloat16)
-        self.packed, self.gamma = kernels.pack(w16), gamma
+        self.packed, self.gamma = onednn.pack(w16), gamma
         self.resid = float((w - w16.float()).norm(dim=1).max())
         self.norm16 = float(w16.float().norm(dim=1).max())
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         h16 = h.to(torch.bfloat16)
-        a = kernels.packed_linear(h16, self.packed, None).float()           # (N, V)
+        a = onednn.packed_linear(h16, self.packed, None).float()           # (N, V)
         h16f = h16.float()
         err = h.norm(dim=-1) * self.resid + ((h - h16f).norm(dim=-1) + self.gamma * h16f.norm(dim=-1)) * self.norm16
         return a.add_(a.abs().mul_(BF16_OUT)).add_(err[:, None])
@@ -65,7 +67,7 @@ class _Bf16Bounds:
 class GreedyTokens:
     """Exact argmax rows of `lm_head(h)` for a float32, bias-free lm_head, through a shortlist of bounds."""
 
-    def __init__(self, lm_head: torch.nn.Linear, k: int = 16, bits: int | None = None):
+    def __init__(self, lm_head: torch.nn.Module, k: int = 16, bits: int | None = None):
         w = lm_head.weight.detach()
         self.lm_head, self.w, self.k = lm_head, w, k
         self.gamma = SAFETY * _gamma(w.shape[1])
@@ -80,9 +82,9 @@ class GreedyTokens:
     def applies(lm_head: torch.nn.Module) -> bool:
         """Float32 CPU lm_head without bias, run by oneDNN (or our row kernel), with int8 or native bf16 bounds."""
         w = getattr(lm_head, "weight", None)
-        return (isinstance(lm_head, torch.nn.Linear) and lm_head.bias is None and w is not None
-                and w.dtype == torch.float32 and w.device.type == "cpu" and kernels.patched(lm_head)
-                and (kernels.supports(torch.bfloat16) or int8.fits(w)))
+        return (isinstance(lm_head, FastLinear) and lm_head.bias is None and w is not None
+                and w.dtype == torch.float32 and w.device.type == "cpu"
+                and (onednn.supports(torch.bfloat16) or int8.fits(w)))
 
     def _exact(self, h: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Float32 logits of tokens idx (N, k) and their rounding bound, whatever order a kernel sums in."""

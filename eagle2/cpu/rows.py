@@ -6,7 +6,7 @@ rows cost little more than one; and each output is the same sum in the same orde
 so a verified row is bit for bit what a one-row step computes. It needs AVX-512 and a C++ compiler (with
 `ninja`, a pinned requirement); it is compiled once (about 30 s) into PyTorch's extension cache
 (~/.cache/torch_extensions, or $TORCH_EXTENSIONS_DIR). Where it cannot be built, `load` says why and the
-callers keep PyTorch's and oneDNN's kernels (eagle2/kernels.py).
+layers keep PyTorch's and oneDNN's kernels (eagle2/cpu/linear.py).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-MAX_ROWS = 32  # `kernels` never offers it more rows (prefill goes to oneDNN, a blocked GEMM)
+MAX_ROWS = 32  # FastLinear never offers it more rows (prefill goes to oneDNN, a blocked GEMM)
 SOURCE = Path(__file__).with_name("csrc") / "rows_linear.cpp"
 log = logging.getLogger(__name__)
 
@@ -65,18 +65,18 @@ def failure() -> str | None:
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x @ weight.T (+ bias) through the row kernel; float32 CPU, weight contiguous, `load()` not None."""
-    return _state["module"].rows_linear(x, weight, bias)
+    return load().rows_linear(x, weight, bias)
 
 
 def q8_upper(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, slack: torch.Tensor) -> torch.Tensor:
     """(M, K) float32 x and int8 rows q (N, K) with per-row scale and slack (N,) -> (M, N) upper bounds
     scale_t x.q_t + 2^-22 |that| + |x|_1 slack_t (eagle2/argmax.py); `load()` not None."""
-    return _state["module"].q8_upper(x, q, scale, slack)
+    return load().q8_upper(x, q, scale, slack)
 
 
 def q8_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """float32 x @ (scale[:, None] * q).T (+ bias) for int8 rows q (eagle2/int8.py); `load()` not None."""
-    return _state["module"].q8_linear(x, q, scale, bias)
+    return load().q8_linear(x, q, scale, bias)
 
 
 def usable(weight: torch.Tensor) -> bool:

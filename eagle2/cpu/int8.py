@@ -1,7 +1,7 @@
 """Int8 weight rows with a float32 scale each, multiplied by float32 inputs in our row kernel.
 
-Two users. The draft head (`use_int8`, `loading.load(draft_dtype="int8")`, the default where the row kernel
-builds): drafting only proposes and the target verifies in float32, so the head may read a quarter of its
+Two users. The draft head (`FastLinear` with int8 rows, `loading.load(draft_dtype="int8")`, the default where
+the row kernel builds): drafting only proposes and the target verifies in float32, so the head may read a quarter of its
 float32 bytes without changing an output token; a draft forward is a few rows over weights far larger than
 the caches, so its time is the weight stream. And the greedy argmax (eagle2/argmax.py), which bounds every
 token's float32 logit from the int8 rows and needs each row's largest rounding (`Rows.resid`).
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import rowkernel
+from . import rows as rowkernel
 
 
 @dataclass
@@ -42,30 +42,3 @@ def quantize(weight: torch.Tensor) -> Rows:
     q = torch.round(w / scale.double()[:, None]).clamp(-127, 127)
     resid = (w - q * scale.double()[:, None]).abs().amax(dim=1)
     return Rows(q.to(torch.int8).contiguous(), scale.contiguous(), resid)
-
-
-def _forward(module: torch.nn.Linear, rows: Rows):
-    before = module.forward  # PyTorch's, or a oneDNN-packed one (eagle2/kernels.py)
-
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        if x.dtype != torch.float32 or x.numel() > rowkernel.MAX_ROWS * x.shape[-1] or (
-                torch.is_grad_enabled() and (x.requires_grad or module.weight.requires_grad)):
-            return before(x)
-        return rows.linear(x, module.bias)
-
-    forward.eagle2_original = getattr(before, "eagle2_original", before)  # kernels.restore puts PyTorch's back
-    return forward
-
-
-def use_int8(model: torch.nn.Module) -> int:
-    """Run every float32 CPU nn.Linear of `model` whose shape the kernel takes from int8 rows for inputs of
-    up to `rowkernel.MAX_ROWS` rows; returns how many. Marks the model (`is_int8`)."""
-    todo = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and fits(m.weight)]
-    for m in todo:
-        m.forward = _forward(m, quantize(m.weight))
-    model.eagle2_int8 = bool(todo)
-    return len(todo)
-
-
-def is_int8(model: torch.nn.Module) -> bool:
-    return bool(getattr(model, "eagle2_int8", False))

@@ -1,29 +1,25 @@
-"""CPU matmuls through oneDNN with prepacked weights, for inference.
+"""CPU matmuls through oneDNN with prepacked weights, for inference, and the timings that choose between kernels.
 
 On CPUs where PyTorch's default float32 BLAS is slow for the shapes decoding uses (one row, or the few
 dozen rows of a verified tree), oneDNN with weights reordered once into its blocked layout is much faster
 (docs/how-it-works.md has the measured times). The result is the same float32 product up to rounding
-order, as with any other kernel. Every user of the patched model (our methods and transformers' own
-`generate` in the bench) runs the same kernels, so comparisons stay fair.
+order, as with any other kernel. Every user of the model (our methods and transformers' own `generate` in
+the bench) runs the same layers (eagle2/cpu/linear.py), so comparisons stay fair.
 
 Which kernel is faster depends on the CPU and the row count: on some CPUs PyTorch's own kernel streams the
-weights faster for one to three rows, on others oneDNN's wins from one row. So `use_onednn` times both over
-the model's own layers at load (`stock_rows`) and keeps PyTorch's kernel for inputs up to the last row count
-where it was faster: one-token decoding (transformers' `generate` included) never runs the slower kernel.
-Where our own row kernel builds (eagle2/rowkernel.py: AVX-512, float32), it is timed the same way against
-that choice (`own_rows`) and takes the row counts up to its first loss.
-
-Only inference is patched: when autograd is recording, the original `nn.Linear.forward` runs.
+weights faster for one to three rows, on others oneDNN's wins from one row. So `stock_rows` times both over
+the model's own layers and finds the last row count where PyTorch's was faster; where our own row kernel
+builds (eagle2/cpu/rows.py: AVX-512, float32), `own_rows` times it the same way against that choice. The
+plan (eagle2/cpu/plan.py) does this once per machine and keeps the answer.
 """
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 
-from . import rowkernel
+from . import rows as rowkernel
 
 ROWS_HINT = 32  # oneDNN picks its blocked layout for about this many rows; any row count works
 CALIBRATE_ROWS = (1, 2, 3, 4, 6, 8)  # row counts `stock_rows` times, in order, stopping at the first oneDNN win
@@ -93,7 +89,7 @@ def stock_rows(layers: list[torch.nn.Linear], packed: list[torch.Tensor], rows=C
 
 def own_rows(layers: list[torch.nn.Linear], packed: list[torch.Tensor], few: int, rows=OWN_ROWS,
              reps: int = 3) -> int:
-    """The largest row count up to which our row kernel (eagle2/rowkernel.py) was at most MARGIN slower
+    """The largest row count up to which our row kernel (eagle2/cpu/rows.py) was at most MARGIN slower
     than the kernel it would replace (PyTorch's up to `few` rows, the packed one beyond) at every count
     timed; 0 when it lost at one row. Ties go to ours, whose rows do not depend on each other. Timed like
     `stock_rows`, one pass over all `layers` per timing; a loss counts only when a second timing repeats it."""
@@ -116,68 +112,3 @@ def own_rows(layers: list[torch.nn.Linear], packed: list[torch.Tensor], few: int
                 break
             best = r
     return best
-
-
-def _patched(module: torch.nn.Linear, packed: torch.Tensor, few: int, own: int = 0):
-    original = module.forward
-
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled() and (x.requires_grad or module.weight.requires_grad):
-            return original(x)
-        n = x.numel()
-        if n <= own * x.shape[-1]:  # at most `own` rows: our row kernel was as fast or faster
-            return rowkernel.linear(x, module.weight, module.bias)
-        if n <= few * x.shape[-1]:  # at most `few` rows: PyTorch's kernel was faster here
-            return original(x)
-        return packed_linear(x, packed, module.bias)
-
-    forward.eagle2_original = original
-    return forward
-
-
-def patched(module: torch.nn.Module) -> bool:
-    """Whether `module` (an nn.Linear) runs through a packed oneDNN kernel."""
-    return hasattr(module.forward, "eagle2_original")
-
-
-def use_onednn(model: torch.nn.Module, few_rows: int | None = None, own: int | None = None) -> int:
-    """Route every float32 (or native bfloat16) CPU nn.Linear of `model` through a prepacked oneDNN kernel; returns how many.
-    Inputs of at most `few_rows` rows keep PyTorch's kernel (None: `stock_rows` measures it on these layers;
-    stored as `model.eagle2_stock_rows`). Inputs of at most `own` rows run our row kernel where it builds
-    and every layer is float32 (None: `own_rows` measures it; 0: never; stored as `model.eagle2_own_rows`).
-    All weights are packed before any layer is switched, so a failure
-    (a RuntimeError from oneDNN) leaves the model untouched. Packing keeps a second copy of each weight.
-    Calling twice is harmless."""
-    todo = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and available(m.weight) and not patched(m)]
-    packed = [pack(m.weight) for m in todo]
-    if not todo:
-        return 0
-    few = stock_rows(todo, packed) if few_rows is None else few_rows
-    if own != 0 and not all(rowkernel.usable(m.weight) for m in todo):
-        own = 0
-    if own is None:
-        own = own_rows(todo, packed, few)
-    own = min(own, rowkernel.MAX_ROWS)
-    for m, p in zip(todo, packed):
-        m.forward = _patched(m, p, few, own)
-    model.eagle2_stock_rows, model.eagle2_own_rows = few, own
-    return len(todo)
-
-
-def restore(model: torch.nn.Module) -> None:
-    """Put PyTorch's own kernels back in every patched layer of `model`, for good."""
-    for m in model.modules():
-        if patched(m):
-            m.forward = m.forward.eagle2_original
-
-
-@contextlib.contextmanager
-def stock(model: torch.nn.Module) -> Iterator[None]:
-    """Run `model` with PyTorch's default kernels inside the block (e.g. for a reference decode)."""
-    saved = {m: m.forward for m in model.modules() if patched(m)}
-    restore(model)
-    try:
-        yield
-    finally:
-        for m, f in saved.items():
-            m.forward = f

@@ -1,0 +1,96 @@
+"""Does each CPU kernel earn its place? End-to-end tokens/s with every piece, and with each piece left out, in one
+run on one machine (`python -m eagle2.ablate --prompts assets/bench/mt_bench.jsonl --limit 20`).
+
+Each variant is its own copy of the model and head, built from PyTorch's nn.Linear with the pieces of
+eagle2/cpu put back one by one; the variants take turns on every prompt, so a slow spell of the machine costs
+them alike. A piece worth under 3% end to end does not pay for its complexity.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+
+from . import cpu
+from .cpu import rows
+from .api import run
+from .prompts import read_prompts
+from .config import DecodeConfig
+from .engine import encode_prompt
+from .loading import load
+
+VARIANTS = {
+    "all": "oneDNN, our row kernel, int8 draft head, bounded argmax (the default here)",
+    "no bounded argmax": "the target's plain float32 argmax",
+    "no int8 draft": "the draft head in float32 (through the same kernels)",
+    "no row kernel": "oneDNN beyond PyTorch's rows; the int8 pieces need the row kernel, so float32 draft and "
+                     "bf16-bounded argmax where the CPU has native bf16",
+    "none": "PyTorch's nn.Linear everywhere, float32 draft, plain argmax",
+}
+
+
+def variant(name: str, model: str, head: str | None):
+    """A bundle with the pieces of `name` (see VARIANTS)."""
+    bundle = load(model, head, "cpu", kernels="torch", draft_dtype="float32")
+    if name == "none":
+        return bundle
+    plan = cpu.plan_for([bundle.target, bundle.head])
+    if name == "no row kernel":
+        plan = replace(plan, own_rows=0)
+    int8_rows = name not in ("no int8 draft", "no row kernel") and rows.load() is not None
+    cpu.accelerate(bundle.target, plan)
+    cpu.accelerate(bundle.head, plan, int8_rows=int8_rows)
+    greedy = None if name == "no bounded argmax" else cpu.exact_greedy(bundle.target.get_output_embeddings())
+    return replace(bundle, kernels=plan.describe(), draft_dtype="int8" if int8_rows else "float32",
+                   draft_linear=cpu.draft_linear(plan, int8_rows), greedy=greedy)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m eagle2.ablate", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--prompts", required=True)
+    ap.add_argument("--limit", type=int, default=20)
+    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--methods", default="eagle2,vanilla")
+    ap.add_argument("--total-tokens", type=int, default=4)
+    ap.add_argument("--depth", type=int, default=3)
+    ap.add_argument("--top-k", type=int, default=4)
+    ap.add_argument("--draft-tokens", type=int, default=8192)
+    ap.add_argument("--model", default="embedded")
+    ap.add_argument("--head", default=None)
+    args = ap.parse_args(argv)
+    methods = [m.strip() for m in args.methods.split(",")]
+    bundles = {name: variant(name, args.model, args.head) for name in VARIANTS}
+    for name, b in bundles.items():
+        print(f"{name:<18} {b.describe()}", file=sys.stderr)
+    cfgs = {m: DecodeConfig(method=m, max_new_tokens=args.max_new_tokens, total_tokens=args.total_tokens,
+                            depth=args.depth, top_k=args.top_k, draft_tokens=args.draft_tokens) for m in methods}
+    prompts = read_prompts(args.prompts, args.limit)
+    ids = [encode_prompt(bundles["all"].tokenizer, p) for p in prompts]
+    for b in bundles.values():  # warm-up
+        for cfg in cfgs.values():
+            run(b, ids[0], replace(cfg, max_new_tokens=8))
+    tokens = {(v, m): 0 for v in bundles for m in methods}
+    wall = dict.fromkeys(tokens, 0.0)
+    ref: dict[int, list[int]] = {}
+    for i, x in enumerate(ids):
+        for v, b in bundles.items():
+            for m, cfg in cfgs.items():
+                res = run(b, x, cfg)
+                tokens[v, m] += len(res.token_ids)
+                wall[v, m] += res.wall_s
+                if ref.setdefault(i, res.token_ids) != res.token_ids:
+                    raise RuntimeError(f"{v} / {m} decoded other tokens than plain decoding on prompt {i + 1}")
+        print(f"prompt {i + 1}/{len(ids)} done", file=sys.stderr)
+    print(f"{'variant':<18} " + " ".join(f"{m + ' tok/s':>14} {'x all':>7}" for m in methods) + "  what it leaves out")
+    for v in bundles:
+        cells = []
+        for m in methods:
+            tps = tokens[v, m] / wall[v, m]
+            cells.append(f"{tps:>14.2f} {tps / (tokens['all', m] / wall['all', m]):>7.3f}")
+        print(f"{v:<18} " + " ".join(cells) + f"  {VARIANTS[v]}")
+    print(f"{len(ids)} prompts, {args.max_new_tokens} new tokens, every output equal across variants and methods")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""Faster CPU kernels, swapped in at load through one entry point; the engine imports none of this.
+
+`accelerate(model, plan)` replaces every float32 `nn.Linear` of a model with a `FastLinear` (the module tree
+shows it); `draft_linear` and `exact_greedy` give the decoder the layer that scores the draft's lm_head rows
+and the target's argmax, which it takes as plain callables. `plan_for` chooses the kernels once per machine.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from .argmax import GreedyTokens
+from .attention import use_tree_sdpa
+from .linear import FastLinear
+from .onednn import available
+from .plan import KERNELS, KernelPlan, plan_for
+
+__all__ = ["KERNELS", "FastLinear", "KernelPlan", "accelerate", "draft_linear", "exact_greedy", "plan_for",
+           "use_tree_sdpa"]
+
+
+def accelerate(model: torch.nn.Module, plan: KernelPlan, int8_rows: bool = False) -> int:
+    """Swap every float32 (or native bf16) CPU nn.Linear of `model` for a FastLinear following `plan` (with int8
+    weight rows: a draft head); returns how many. All weights are packed before any layer is swapped, so a
+    oneDNN failure (a RuntimeError) leaves the model as it was."""
+    if not plan.onednn and not int8_rows:
+        return 0
+    todo = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+            if type(child) is torch.nn.Linear and available(child.weight)]
+    fast = [FastLinear.from_linear(c, plan.stock_rows, plan.own_rows, packed=plan.onednn, int8_rows=int8_rows)
+            for _, _, c in todo]
+    for (parent, name, _), f in zip(todo, fast):
+        setattr(parent, name, f)
+    return len(fast)
+
+
+def draft_linear(plan: KernelPlan, int8_rows: bool = False) -> Callable[[torch.Tensor], torch.nn.Module]:
+    """For the decoder: the layer that scores a (M, H) block of lm_head rows for the draft."""
+    return lambda w: FastLinear(w, None, plan.stock_rows, plan.own_rows, packed=plan.onednn, int8_rows=int8_rows)
+
+
+def exact_greedy(lm_head: torch.nn.Module) -> Callable[[torch.Tensor], list[int]] | None:
+    """For the decoder: the target's exact argmax through a shortlist of int8 (or bf16) bounds, where it applies."""
+    return GreedyTokens(lm_head) if GreedyTokens.applies(lm_head) else None

@@ -1,0 +1,57 @@
+"""`FastLinear`: an nn.Linear for CPU inference that picks its kernel by the number of rows it is given.
+
+Swapped in for `nn.Linear` at load (`eagle2.cpu.accelerate`), the way gpt-fast swaps in its int8 linear: the
+module tree shows it (`print(model)`), its state dict is an nn.Linear's (`weight`, `bias`), and no forward is
+patched. Up to `own_rows` rows it runs our row kernel (eagle2/cpu/rows.py), up to `stock_rows` PyTorch's own
+kernel, beyond that oneDNN with the weight prepacked once (eagle2/cpu/onednn.py); with int8 rows (a draft head:
+it only proposes, the target verifies in float32) it multiplies float32 inputs of up to rows.MAX_ROWS rows by
+int8 weight rows with a scale each (eagle2/cpu/int8.py). While autograd records, it is a plain nn.Linear.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import int8, onednn
+from . import rows as rowkernel
+
+
+class FastLinear(torch.nn.Module):
+    """y = x @ weight.T + bias, through the kernel that was fastest on this machine for the row count."""
+
+    def __init__(self, weight: torch.nn.Parameter | torch.Tensor, bias: torch.Tensor | None, stock_rows: int,
+                 own_rows: int, packed: bool = True, int8_rows: bool = False):
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        self.weight = weight if isinstance(weight, torch.nn.Parameter) else torch.nn.Parameter(weight, False)
+        self.bias = bias
+        self.stock_rows = stock_rows
+        self.own_rows = min(own_rows, rowkernel.MAX_ROWS) if own_rows and rowkernel.usable(weight) else 0
+        self.register_buffer("packed", onednn.pack(weight) if packed else None, persistent=False)
+        q8 = int8.quantize(weight) if int8_rows and int8.fits(weight) else None
+        self.register_buffer("q", None if q8 is None else q8.q, persistent=False)
+        self.register_buffer("scale", None if q8 is None else q8.scale, persistent=False)
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear, stock_rows: int, own_rows: int, packed: bool = True,
+                    int8_rows: bool = False) -> "FastLinear":
+        return cls(linear.weight, linear.bias, stock_rows, own_rows, packed, int8_rows)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
+            return torch.nn.functional.linear(x, self.weight, self.bias)
+        rows = x.numel() // x.shape[-1]
+        if self.q is not None and rows <= rowkernel.MAX_ROWS and x.dtype == torch.float32:
+            return rowkernel.q8_linear(x, self.q, self.scale, self.bias)
+        if rows <= self.own_rows:
+            return rowkernel.linear(x, self.weight, self.bias)
+        if self.packed is None or rows <= self.stock_rows:
+            return torch.nn.functional.linear(x, self.weight, self.bias)
+        return onednn.packed_linear(x, self.packed, self.bias)
+
+    def extra_repr(self) -> str:
+        kinds = [f"int8 rows up to {rowkernel.MAX_ROWS} rows"] if self.q is not None else []
+        kinds += [f"row kernel up to {self.own_rows} rows"] if self.own_rows else []
+        kinds += [f"PyTorch up to {self.stock_rows} rows"] if self.stock_rows else []
+        kinds += ["oneDNN packed beyond"] if self.packed is not None else ["PyTorch beyond"]
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                + ", ".join(kinds))
