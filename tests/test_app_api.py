@@ -61,7 +61,7 @@ def test_generate_draws_both_trees_once_the_decodes_end(client):
 def test_bad_settings_give_a_message_not_an_error(client):
     outputs = list(client.submit("   ", api_name="/generate"))
     assert outputs[-1][0].startswith("⚠") and "prompt is empty" in outputs[-1][0]
-    outputs = list(client.submit("Hi", static_tree_name="custom", custom_tree_json="[[0], [1",
+    outputs = list(client.submit("Hi", static_tree_name="custom", custom_tree_json="[[0], [1", tree_sizing="custom",
                                  api_name="/generate"))
     assert "not valid JSON" in outputs[-1][0]
 
