@@ -12,7 +12,6 @@ import gc
 import hashlib
 import json
 import os
-import platform
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -21,9 +20,10 @@ import torch
 
 from .api import decoder_for, run
 from .autotune import NARROW_DRAFT, tune, warmup_texts
-from .config import DecodeConfig
+from .config import DecodeConfig, cache_dir
+from .cpu.plan import cpu_name
 from .engine import encode_prompt
-from .loading import Bundle, cache_dir
+from .loading import Bundle
 
 PAGE_SIZES = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 26)  # up to EAGLE-1's whole tree: the page compares both
 PAGE_DEPTHS = (1, 2, 3, 4, 5, 6)
@@ -31,19 +31,9 @@ PAGE_PROMPTS = 4  # tuning prompts warmed up on (the tuner's first four kinds of
 VERSION = 1
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def machine_key(bundle: Bundle) -> dict:
     """What the measurements depend on: the processor, its cores, the software, the model, head and kernels."""
-    return {"version": VERSION, "cpu": _cpu_name(), "cores": os.cpu_count(), "torch": torch.__version__,
+    return {"version": VERSION, "cpu": cpu_name(), "cores": os.cpu_count(), "torch": torch.__version__,
             "device": bundle.device.type, "model": bundle.model_name, "setup": bundle.describe()}
 
 

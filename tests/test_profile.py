@@ -36,7 +36,7 @@ def test_the_profile_is_tuned_once_per_machine_and_then_read_back(bundle, monkey
 
     monkeypatch.setattr(profile, "tune", no_tuning)
     assert profile.machine_profile(bundle) == first  # read back from the cache folder
-    monkeypatch.setattr(profile, "_cpu_name", lambda: "another processor")
+    monkeypatch.setattr(profile, "cpu_name", lambda: "another processor")
     assert profile.load_profile(bundle) is None  # another machine: measured anew
     with pytest.raises(AssertionError, match="tuned again"):
         profile.machine_profile(bundle)

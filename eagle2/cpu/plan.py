@@ -40,7 +40,8 @@ class KernelPlan:
         return f"onednn matmuls{own}"
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The processor's model name (what per-machine measurements are kept under)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -63,7 +64,7 @@ def plan_for(models: list[torch.nn.Module], kernels: str = "auto") -> KernelPlan
         if kernels == "onednn":
             raise ValueError("kernels=onednn needs float32 weights on a CPU with oneDNN; use kernels=torch")
         return KernelPlan()
-    key = {"cpu": _cpu_name(), "cores": os.cpu_count(), "torch": torch.__version__,
+    key = {"cpu": cpu_name(), "cores": os.cpu_count(), "torch": torch.__version__,
            "row_kernel": "built" if rowkernel.load() is not None else rowkernel.failure(),
            "shapes": sorted({(m.out_features, m.in_features, str(m.weight.dtype)) for m in layers})}
     path = cache_dir() / f"kernels-{hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]}.json"
