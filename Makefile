@@ -1,5 +1,5 @@
-# `make run` starts the app on http://127.0.0.1:7860; `make test` runs every test, `make test-fast` those that
-# need neither the real model nor a browser. All set up .venv first.
+# `make run` starts the app on http://127.0.0.1:7860; `make test` runs every test, `make test-fast` the tiny-model
+# tests (no real model, no browser, no statistical sampling test: under a minute). All set up .venv first.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -24,7 +24,7 @@ test: $(STAMP)
 	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q tests
 
 test-fast: $(STAMP)
-	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q -m "not slow and not browser" tests
+	GRADIO_ANALYTICS_ENABLED=False $(BIN)/python -m pytest -q -m "not slow and not browser and not statistical" tests
 
 bench: $(STAMP)
 	mkdir -p out

@@ -16,6 +16,8 @@ import torch
 
 from eagle2.verify import Decision, accept_sampling, target_probs
 
+pytestmark = pytest.mark.statistical
+
 V, T, TOP_P, DRAWS = 5, 0.7, 0.9, 100_000
 ROOT = torch.tensor([1.0, 0.6, 0.2, -0.3, -1.5])        # first-token logits
 NEXT = torch.tensor([[0.1, 1.2, -0.4, 0.5, -1.0],       # second-token logits after each first token

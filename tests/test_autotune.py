@@ -23,6 +23,7 @@ _rng = random.Random(0)
 PROMPTS = [[_rng.randrange(1, 16) for _ in range(_rng.randrange(3, 9))] for _ in range(12)]
 
 
+@pytest.mark.slow
 def test_replay_of_a_big_tree_equals_running_the_small_tree(embedded):
     """The first step has the same context in both runs, so the replay must give exactly the accepted count
     (real model and head, so that drafts are accepted several deep)."""
@@ -38,6 +39,7 @@ def test_replay_of_a_big_tree_equals_running_the_small_tree(embedded):
     assert deep >= 2  # drafts were accepted beyond the first level: the replay walked real paths
 
 
+@pytest.mark.slow
 def test_replay_with_floors_equals_running_the_tree_sized_by_confidence(embedded):
     """Likewise for trees sized per step: tokens, verified rows and draft levels of the first step, replayed
     from the big tree, are what the engine does with those floors (every level drafted, as the tuner times;

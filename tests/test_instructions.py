@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from eagle2.engine import encode_prompt
 from eagle2.train.instructions import PromptFilter, pre_query_ids, write_instructions
 
@@ -21,6 +23,7 @@ def test_filter_drops_copies_of_excluded_prompts_duplicates_and_fragments():
     assert f.accept("Compose an engaging blog post about baking bread at home.")     # 5 shared words only
 
 
+@pytest.mark.slow
 def test_pre_query_is_the_chat_templates_start_of_a_user_turn(embedded):
     tok = embedded.tokenizer
     prefix = pre_query_ids(tok)
@@ -29,6 +32,7 @@ def test_pre_query_is_the_chat_templates_start_of_a_user_turn(embedded):
     assert tok.decode(prefix).endswith("user\n")
 
 
+@pytest.mark.slow
 def test_write_instructions_resumes_and_keeps_only_whole_filtered_prompts(embedded, tmp_path):
     out = tmp_path / "own.jsonl"
     args = dict(exclude=EVAL, temperature=1.0, max_tokens=40, batch_size=8, seed=3)
@@ -43,6 +47,7 @@ def test_write_instructions_resumes_and_keeps_only_whole_filtered_prompts(embedd
         assert len(embedded.tokenizer(p, add_special_tokens=False)["input_ids"]) < 40
 
 
+@pytest.mark.slow
 def test_openers_start_the_requests_round_robin(embedded, tmp_path):
     out = tmp_path / "own.jsonl"
     n = write_instructions(embedded.target, embedded.tokenizer, out, 4, EVAL, temperature=1.0, max_tokens=40,

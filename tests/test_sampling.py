@@ -17,6 +17,8 @@ from eagle2.head import new_head
 from eagle2.verify import Decision, target_probs
 from tests.conftest import CharTokenizer, tiny_target
 
+pytestmark = pytest.mark.statistical
+
 V, PROMPT, N = 8, [1, 5, 2], 1500
 CFG = DecodeConfig(method="eagle2", max_new_tokens=3, temperature=1.0, top_p=1.0, total_tokens=8, depth=3, top_k=3)
 
