@@ -1,4 +1,4 @@
-"""Command line: `python -m eagle2 generate | bench | train`."""
+"""Command line: `python -m eagle2 generate | bench | diagnose | train`."""
 from __future__ import annotations
 
 import argparse
@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import bench
     bench.add_parser(sub, decode_args)
+    from . import diagnose
+    diagnose.add_parser(sub)
     try:
         from .train import cli as train_cli
         train_cli.add_parser(sub)

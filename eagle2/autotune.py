@@ -107,6 +107,18 @@ def _timed_steps(dec: Decoder, ids: list[int], cfg: DecodeConfig,
     return out
 
 
+def time_drafting(dec: Decoder, prompt_ids: list[int], cfg: DecodeConfig, depths, say=None) -> dict[int, float]:
+    """Median ms of an EAGLE-2 step outside verify (drafting, commit, the record) at each depth, every level
+    drafted in full at `cfg`'s top-k over 24 new tokens of one prompt."""
+    rest = {}
+    for d in depths:
+        if say:
+            say(d)
+        steps = _timed_steps(dec, prompt_ids, replace(cfg, depth=d, max_new_tokens=24), prune=False)
+        rest[d] = statistics.median(ms - r.verify_ms for r, ms in steps)
+    return rest
+
+
 @dataclass(frozen=True)
 class Tuning:
     """Each tuned method's chosen option, every option it was chosen from (fastest first), and the draft
@@ -190,12 +202,8 @@ def _options(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes, 
     # level fully drafted at the largest top-k: the early cut (`rerank.cutoff`) drafts less the fewer nodes
     # are kept, so timing it at the smallest size would flatter the larger ones; the full cost is an upper
     # bound for every size and top-k.
-    rest = {}
-    for d in depths:
-        say(f"tuning EAGLE-2: timing drafting at depth {d}{vocab}")
-        steps = _timed_steps(dec, prompts[0], replace(big, depth=d, total_tokens=min(sizes), max_new_tokens=24),
-                             prune=False)
-        rest[d] = statistics.median(ms - r.verify_ms for r, ms in steps)
+    rest = time_drafting(dec, prompts[0], replace(big, total_tokens=min(sizes)), depths,
+                         lambda d: say(f"tuning EAGLE-2: timing drafting at depth {d}{vocab}"))
     out = {"eagle2": [Option(n, d, replay_runs(runs, n, d, top_k=k), rest[d] + verify[n], top_k=k)
                       for n in sizes for d in depths for k in top_ks]}
     if sized:

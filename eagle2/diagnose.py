@@ -1,0 +1,205 @@
+"""`python -m eagle2 diagnose`: a workload's accept lengths for every tree shape, and the shape to serve it with.
+
+Each prompt is decoded greedily once with a large recorded EAGLE-2 tree; every smaller shape is replayed from
+those records (`workload`). The report: per prompt and per category τ of chains, of EAGLE-1's static tree
+cut to each size and of EAGLE-2 at each budget and depth; acceptance by position; the steps where acceptance
+collapsed; conformance checks; and the fastest shape for this machine (measured) and for a GPU profile
+(stated), written as SGLang, vLLM and TensorRT-LLM settings (`serving`). The report is built from plain
+data (`report`); only `cmd_diagnose` loads torch.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import workload as wl
+from .serving import ASSUMED, Shape, cpu_cost, fastest, gpu_cost, sglang_flags, tensorrt_llm_config, vllm_config
+
+RECORD = {"total_tokens": 60, "depth": 7, "top_k": 10}  # the recorded tree: the authors' defaults at depth 7
+TOP_KS = (1, 2, 4, 6, 8)  # smaller top-k replayed for the recommendations
+GPU_ROWS, GPU_DRAFT = 64, 0.05
+DEFINITIONS = {
+    "tau": "mean accept length: new tokens / target forwards over the drafted steps, the bonus token counted "
+           "(plain decoding = 1.0); each decode's tokens divided by its own replayed τ when pooled",
+    "tau_without_bonus": "mean draft tokens accepted per step (τ - 1 where no decode was cut short)",
+    "chain": "keyed by L, draft tokens per step (top-1 only; verifies L + 1 nodes with the root)",
+    "eagle1": "keyed by N, verified nodes with the root: mc_sim_7b_63 cut breadth first",
+    "eagle2": "keyed by 'N,D': N verified nodes with the root, depth D, top-k 10",
+    "conditional": "accepted / reached: of the verified draft tokens at this depth and sibling rank whose parent "
+                   "the target accepted, the share it accepted",
+    "mean": "accepted / drafted: of all verified draft tokens at this depth and sibling rank, the share accepted",
+    "collapse": "a step where the 60-node tree accepted no draft token; worst: the draft's most confident misses",
+    "inexact": "steps where a node a smaller shape needs was never drafted (its parent not expanded): the τ "
+               "given is a lower bound there",
+}
+
+
+def _tau_tables(runs: list[tuple[list[wl.Step], wl.Curves]]) -> dict:
+    """{"chain": {"L": τ}, "eagle1": {"N": τ}, "eagle2": {"N,D": τ}} pooled over `runs`."""
+    out: dict[str, dict[str, float]] = {"chain": {}, "eagle1": {}, "eagle2": {}}
+    keys = runs[0][1].tokens if runs else {}
+    for key in keys:
+        kind, arg = key.split(" ")
+        if kind == "eagle2" and arg.count(",") > 1:
+            continue
+        out[kind][arg] = round(wl.pooled_tau([(steps, c.tokens[key]) for steps, c in runs]), 4)
+    return out
+
+
+def _recorded(steps_runs: list[list[wl.Step]]) -> dict:
+    drafted = [s for run in steps_runs for s in run]
+    if not drafted:
+        return {}
+    tokens = sum(len(s.record.new_tokens) for s in drafted)
+    accepted = sum(len(s.record.accepted) for s in drafted)
+    return {"tau_with_bonus": round(tokens / len(drafted), 4), "tau_without_bonus": round(accepted / len(drafted), 4),
+            "steps": len(drafted)}
+
+
+def _position(steps: list[wl.Step]) -> dict:
+    g = wl.positions(steps)
+
+    def ratio(a, b):
+        return [[round(x / y, 4) if y else None for x, y in zip(ra, rb)] for ra, rb in zip(a, b)]
+
+    return {"depths": list(range(1, len(g["drafted"]) + 1)), "ranks": list(range(len(g["drafted"][0]))), **g,
+            "conditional": ratio(g["accepted"], g["reached"]), "mean": ratio(g["accepted"], g["drafted"]),
+            "definitions": {k: DEFINITIONS[k] for k in ("conditional", "mean")}}
+
+
+def recommend(runs, verify_ms: dict[int, float] | None, draft_ms: dict[int, float] | None,
+              gpu_rows: int = GPU_ROWS, gpu_draft: float = GPU_DRAFT, head: str = "DRAFT_MODEL_PATH") -> dict:
+    """The fastest shape for this machine (when its costs were measured) and for the GPU profile, with the
+    GPU pick as each engine's settings (vLLM: the best chain, since it drafts chains)."""
+    taus: dict[tuple[int, int, int], float] = {}
+    for key in runs[0][1].tokens:
+        kind, arg = key.split(" ")
+        got = wl.pooled_tau([(steps, c.tokens[key]) for steps, c in runs])
+        if kind == "chain":
+            taus[(int(arg) + 1, int(arg), 1)] = got
+        elif kind == "eagle2":
+            n, d, *k = map(int, arg.split(","))
+            taus[(n, d, k[0] if k else RECORD["top_k"])] = got
+    out = {"gpu_profile": {"verify_flat_up_to_rows": gpu_rows, "draft_cost_per_level_in_forwards": gpu_draft}}
+    if verify_ms and draft_ms:
+        cpu = fastest(taus, cpu_cost(verify_ms, draft_ms), "ms")
+        out["cpu"] = {**cpu.to_dict(), "tokens_per_s": round(1e3 * cpu.speed, 2),
+                      "verify_ms_by_rows": verify_ms, "draft_ms_by_depth": draft_ms}
+    gcost = gpu_cost(gpu_rows, gpu_draft)
+    gpu = fastest(taus, gcost, "target forwards")
+    best_chain = fastest({k: v for k, v in taus.items() if k[2] == 1}, gcost, "target forwards")
+    out["gpu"] = {**gpu.to_dict(), "speedup_estimate": round(gpu.speed, 3)}
+    out["sglang"] = sglang_flags(gpu.shape, head)
+    out["vllm"] = {**vllm_config(best_chain.shape, head), "predicted_tau": round(best_chain.tau, 4)}
+    out["tensorrt_llm"] = tensorrt_llm_config(gpu.shape, head)
+    out["assumed"] = ASSUMED
+    return out
+
+
+def report(prompts: list[dict], decodes: list[list], verify_ms=None, draft_ms=None, gpu_rows: int = GPU_ROWS,
+           gpu_draft: float = GPU_DRAFT, head: str = "DRAFT_MODEL_PATH", interrupted: bool = False) -> dict:
+    """The JSON report from each prompt's row ({"id", "category"}) and its recorded decode (StepRecords)."""
+    steps = [wl.steps_of(recs) for recs in decodes]
+    runs = [(s, wl.curves(s, top_ks=TOP_KS)) for s in steps]
+    per_prompt, cats = [], {}
+    for row, recs, (st, cv) in zip(prompts, decodes, runs):
+        inexact = {k: v for k, v in cv.inexact.items() if v and k.count(",") < 2}
+        per_prompt.append({"id": row["id"], "category": row["category"], "tokens": sum(len(r.new_tokens) for r in recs),
+                           "text": "".join(t for r in recs for t in r.new_texts), "tau": _tau_tables([(st, cv)]),
+                           "recorded": _recorded([st]), "inexact": inexact, "collapses": wl.collapses(st)})
+        cats.setdefault(row["category"], []).append((st, cv))
+    by_category = {c: {"prompts": len(r), "tau": _tau_tables(r), "recorded": _recorded([s for s, _ in r])}
+                   for c, r in cats.items()}
+    all_steps = [s for run in steps for s in run]
+    return {"definitions": DEFINITIONS, "recorded_tree": RECORD, "interrupted": interrupted,
+            "per_prompt": per_prompt, "by_category": by_category,
+            "overall": {"tau": _tau_tables(runs), "recorded": _recorded(steps)} if runs else {},
+            "position": _position(all_steps),
+            "recommended": recommend(runs, verify_ms, draft_ms, gpu_rows, gpu_draft, head) if all_steps else {},
+            "conformance": wl.conformance(all_steps)}
+
+
+def say(message: str) -> None:
+    """Progress on stderr, so that stdout stays the result."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def cmd_diagnose(args: argparse.Namespace) -> None:
+    from .api import decoder_for
+    from .autotune import SIZES, time_drafting, time_verify
+    from .config import DecodeConfig
+    from .engine import encode_prompt
+    from .loading import load
+    from .prompts import read_rows
+
+    rows = read_rows(args.prompts, args.limit)
+    if not rows:
+        raise ValueError(f"no prompts in {args.prompts}")
+    bundle = load(args.model, args.head, args.device, args.kernels, args.draft_dtype)
+    say(bundle.describe())
+    dec = decoder_for(bundle)
+    cfg = DecodeConfig(max_new_tokens=args.max_new_tokens, **RECORD)
+    prompts, decodes, verify_ms, draft_ms, interrupted = [], [], None, None, False
+    try:
+        for i, row in enumerate(rows, 1):
+            ids = encode_prompt(bundle.tokenizer, row.prompt, args.raw)
+            records = []
+            for r in dec.run(ids, cfg):
+                records.append(r)
+                say(f"prompt {i}/{len(rows)}: {sum(len(x.new_tokens) for x in records)}/{cfg.max_new_tokens} tokens")
+            prompts.append({"id": i, "category": row.category or "uncategorised"})
+            decodes.append(records)
+        if not args.no_timing:
+            first = encode_prompt(bundle.tokenizer, rows[0].prompt, args.raw)
+            say("timing verify by rows")
+            verify_ms = time_verify(dec, first, tuple(sorted({1, *SIZES})))
+            draft_ms = time_drafting(dec, first, DecodeConfig(**{**RECORD, "total_tokens": 2}), range(1, 8),
+                                     lambda d: say(f"timing drafting at depth {d}"))
+    except KeyboardInterrupt:
+        interrupted = True
+        say("interrupted: writing what is done")
+    if not decodes:
+        raise RuntimeError("interrupted before any prompt was decoded")
+    out = report(prompts, decodes, verify_ms, draft_ms, args.gpu_rows, args.gpu_draft_cost,
+                 args.head or "DRAFT_MODEL_PATH", interrupted)
+    out.update(model=bundle.model_name, head=bundle.head_name, device=bundle.describe(), prompts_file=str(args.prompts))
+    write(out, args.json, args.html)
+    rec = out["recommended"]
+    print(f"SGLang: {rec['sglang']}")
+    print(f"vLLM speculative_config: {json.dumps(rec['vllm'])}")
+    print(f"TensorRT-LLM: {json.dumps(rec['tensorrt_llm'])}")
+    conf = out["conformance"]
+    print("conformance: " + ", ".join(f"{k} {'passed' if v['passed'] else 'FAILED'}" for k, v in conf.items()))
+
+
+def write(out: dict, json_path: str | None, html_path: str | None) -> None:
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps(out, indent=1))
+    if html_path:
+        from viz.workload import report_html
+
+        Path(html_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(html_path).write_text(report_html(out))
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("diagnose", help="replay every tree shape on a prompt file; recommend serving settings")
+    p.add_argument("--prompts", required=True, help="jsonl or JSON list (turns / prompt / instruction rows)")
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--model", default="embedded", help="'embedded', a hub id or a local directory")
+    p.add_argument("--head", default=None, help="draft head directory (official EAGLE layout)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--kernels", default="auto", choices=("auto", "onednn", "torch"))
+    p.add_argument("--draft-dtype", default="auto", choices=("auto", "float32", "bfloat16", "int8"))
+    p.add_argument("--raw", action="store_true", help="do not apply the chat template")
+    p.add_argument("--json", default=None, help="write the report as JSON here")
+    p.add_argument("--html", default=None, help="write the report as HTML (Plotly) here")
+    p.add_argument("--gpu-rows", type=int, default=GPU_ROWS, help="GPU profile: verify cost flat up to this many rows")
+    p.add_argument("--gpu-draft-cost", type=float, default=GPU_DRAFT,
+                   help="GPU profile: one draft level's cost as a share of a target forward")
+    p.add_argument("--no-timing", action="store_true", help="skip timing this machine (no CPU recommendation)")
+    p.set_defaults(func=cmd_diagnose)
