@@ -12,7 +12,7 @@ from typing import Any
 
 import gradio as gr
 
-from app_parts import actions
+from app_parts import actions, workload
 from app_parts.presets import CACHE, ModelPreset, default_sizing, load_presets, model_info
 from app_parts.runner import Update, generate
 from app_parts.session import TREE_METHODS, RunControl, Session
@@ -129,6 +129,49 @@ def _extras(ui: SimpleNamespace) -> None:
                                   type="filepath")
     with gr.Accordion("What am I looking at?", open=True):
         gr.Markdown((ASSETS / "explainer.md").read_text())
+
+
+def _workload(ui: SimpleNamespace) -> None:
+    """The workload tab: diagnose a prompt file (eagle2/diagnose.py), bounded for a public page."""
+    gr.Markdown(f"Upload a prompt file (`.jsonl` or a JSON list: rows with `turns`, `prompt` or `instruction`, "
+                f"optionally `category`; at most {workload.MAX_PROMPTS} prompts, {workload.MAX_BYTES // 1000} kB). "
+                "Each prompt is decoded once with a 60-node tree and every smaller tree shape replayed from those "
+                "steps: τ by size for EAGLE-2, EAGLE-1's cut tree and chains, acceptance by position, where "
+                "acceptance collapsed, and the shape to serve it with. `python -m eagle2 diagnose` does the same "
+                "without limits.")
+    with gr.Row():
+        ui.wl_file = gr.File(label="prompt file", file_types=[".jsonl", ".json"], type="filepath", elem_id="wl-file")
+        with gr.Column():
+            ui.wl_max_new = gr.Slider(1, workload.MAX_NEW_TOKENS, value=32, step=1, label="max new tokens per prompt",
+                                      elem_id="wl-max-new")
+            with gr.Row():
+                ui.wl_run = gr.Button("Diagnose", variant="primary", elem_id="wl-run")
+                ui.wl_stop = gr.Button("Stop", variant="stop", elem_id="wl-stop")
+            ui.wl_status = gr.Markdown("Ready.", elem_id="wl-status")
+    empty = workload.empty_views()
+    with gr.Row():
+        ui.wl_curves = gr.Plot(empty[0], show_label=False, elem_id="wl-curves")
+        ui.wl_positions = gr.Plot(empty[1], show_label=False, elem_id="wl-positions")
+    ui.wl_summary = gr.Markdown(elem_id="wl-summary")
+    ui.wl_flags = gr.Code(language="shell", label="serving settings for the GPU profile", interactive=False)
+    ui.wl_files = gr.File(label="the report (JSON and HTML)", file_count="multiple", interactive=False,
+                          elem_id="wl-files")
+    ui.wl_control = gr.State(RunControl())
+
+
+@_on_gpu
+def _on_diagnose(path: str | None, max_new_tokens: float, preset_name: str, control: RunControl,
+                 progress=gr.Progress()) -> Iterator[list]:
+    """Diagnose: decode the uploaded prompts, then show the curves, positions, summary, settings and files."""
+    def report(fraction: float, message: str) -> None:
+        progress(fraction, desc=message)
+
+    for u in workload.diagnose(path, max_new_tokens, preset_name, lambda p: CACHE.get(p, report),
+                               lambda p, b: CACHE.profile(p, b, report), control):
+        if u.error:
+            gr.Warning(u.error)
+        yield [u.status, *[v if v is not None else gr.skip()
+                           for v in (u.curves, u.positions, u.summary, u.flags, u.files)]]
 
 
 def _show(u: Update) -> list:
@@ -257,6 +300,11 @@ def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
         """The model line for a preset: what is in use, or what will load."""
         return model_info(load_presets()[name], CACHE)
 
+    ui.wl_run.click(_on_diagnose, [ui.wl_file, ui.wl_max_new, ui.model_dd, ui.wl_control],
+                    [ui.wl_status, ui.wl_curves, ui.wl_positions, ui.wl_summary, ui.wl_flags, ui.wl_files],
+                    api_name="diagnose", concurrency_id="decode", concurrency_limit=1, show_progress="minimal")
+    ui.wl_stop.click(actions.request_stop, ui.wl_control, ui.wl_status, api_name=False, concurrency_limit=None,
+                     show_progress="hidden")
     ui.model_dd.change(describe, ui.model_dd, ui.info, api_name=False)
     demo.load(describe, ui.model_dd, ui.info, api_name=False)
 
@@ -269,12 +317,16 @@ def build_demo() -> gr.Blocks:
         ui.state = gr.State(Session())
         ui.control = gr.State(RunControl())
         gr.Markdown(HEADER)
-        with gr.Row():
-            with gr.Column(scale=1, min_width=330):
-                _controls(ui)
-            with gr.Column(scale=3):
-                _live_panel(ui)
-        _extras(ui)
+        with gr.Tabs():
+            with gr.Tab("One prompt, step by step"):
+                with gr.Row():
+                    with gr.Column(scale=1, min_width=330):
+                        _controls(ui)
+                    with gr.Column(scale=3):
+                        _live_panel(ui)
+                _extras(ui)
+            with gr.Tab("Workload", elem_id="workload-tab"):
+                _workload(ui)
         _wire(ui, demo)
     return demo
 

@@ -375,3 +375,27 @@ def test_a_decoder_failure_becomes_a_message(monkeypatch):
     monkeypatch.setattr(runner, "decoder_for", lambda bundle: Broken())
     updates = list(generate(RunRequest(prompt=PROMPT, preset=PRESET), lambda preset: FakeBundle()))
     assert updates[-1].error == "decoding failed: head does not fit the target" and updates[-1].session is None
+
+
+def test_the_workload_tab_refuses_bad_files_with_a_reason(tmp_path):
+    from app_parts import workload
+
+    with pytest.raises(ValueError, match="upload"):
+        workload.read_file(None, 5)
+    big = tmp_path / "big.jsonl"
+    big.write_text(json.dumps({"prompt": "x" * (workload.MAX_BYTES + 1)}) + "\n")
+    with pytest.raises(ValueError, match="bytes"):
+        workload.read_file(str(big), 5)
+    many = tmp_path / "many.jsonl"
+    many.write_text("".join(json.dumps({"prompt": f"q{i}"}) + "\n" for i in range(workload.MAX_PROMPTS + 1)))
+    with pytest.raises(ValueError, match="prompts"):
+        workload.read_file(str(many), 5)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "no prompt field"}\n')
+    with pytest.raises(ValueError, match="none of instruction, turns, prompt"):
+        workload.read_file(str(bad), 5)
+    ok = tmp_path / "ok.jsonl"
+    ok.write_text(json.dumps({"prompt": "a"}) + "\n" + json.dumps({"turns": ["b"], "category": "c"}) + "\n")
+    assert [r.prompt for r in workload.read_file(str(ok), 5)] == ["a", "b"]
+    updates = list(workload.diagnose(str(ok), 999, PRESET, _no_model, _no_model, RunControl()))
+    assert len(updates) == 1 and "max new tokens" in updates[0].error  # refused before any model loads

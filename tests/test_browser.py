@@ -197,3 +197,23 @@ def test_three_sessions_queue_and_keep_their_own_runs(page, embedded, monkeypatc
     assert len(spans) == 3
     spans.sort()
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])), f"decodes overlapped: {spans}"
+
+
+def test_the_workload_tab_diagnoses_an_uploaded_file(page, tmp_path):
+    import json
+
+    f = tmp_path / "work.jsonl"
+    f.write_text("".join(json.dumps({"category": c, "prompt": t}) + "\n" for c, t in
+                         [("qa", "What is the capital of France?"), ("math", "What is 12 times 7?")]))
+    page.get_by_role("tab", name="Workload").click()
+    page.locator("#wl-file input[type=file]").set_input_files(str(f))
+    _set_number(page, "wl-max-new", 8)
+    page.click("#wl-run")
+    page.wait_for_function("() => (document.querySelector('#wl-status')?.innerText || '').startsWith('Done')",
+                           timeout=RUN_MS)
+    page.wait_for_selector("#wl-curves .js-plotly-plot .scatterlayer .trace")
+    assert page.locator("#wl-curves .scatterlayer .trace").count() >= 3  # EAGLE-2 by depth, EAGLE-1 cut, chain
+    page.wait_for_selector("#wl-positions .js-plotly-plot .heatmaplayer")
+    summary = page.locator("#wl-summary").inner_text()
+    assert "prompt 1 (qa)" in summary and "prompt 2 (math)" in summary and "passed" in summary
+    page.get_by_role("tab", name="One prompt, step by step").click()
