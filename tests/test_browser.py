@@ -211,9 +211,12 @@ def test_the_workload_tab_diagnoses_an_uploaded_file(page, tmp_path):
     page.click("#wl-run")
     page.wait_for_function("() => (document.querySelector('#wl-status')?.innerText || '').startsWith('Done')",
                            timeout=RUN_MS)
-    page.wait_for_selector("#wl-curves .js-plotly-plot .scatterlayer .trace")
+    page.wait_for_selector("#wl-curves .js-plotly-plot .scatterlayer .trace", state="attached")
     assert page.locator("#wl-curves .scatterlayer .trace").count() >= 3  # EAGLE-2 by depth, EAGLE-1 cut, chain
-    page.wait_for_selector("#wl-positions .js-plotly-plot .heatmaplayer")
+    assert "τ by verified nodes" in (page.locator("#wl-curves .gtitle").first.text_content() or "")
+    page.wait_for_selector("#wl-positions .js-plotly-plot .heatmaplayer", state="attached")
+    box = page.locator("#wl-curves .js-plotly-plot").bounding_box()
+    assert box and box["width"] > 300 and box["height"] > 200  # drawn at a real size, not in a hidden tab
     summary = page.locator("#wl-summary").inner_text()
     assert "prompt 1 (qa)" in summary and "prompt 2 (math)" in summary and "passed" in summary
     page.get_by_role("tab", name="One prompt, step by step").click()

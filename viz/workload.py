@@ -18,14 +18,16 @@ def curves_figure(tau: dict, title: str = "τ by verified nodes, replayed") -> g
         by_depth.setdefault(d, []).append((n, t))
     for d, pts in sorted(by_depth.items()):
         pts.sort()
+        deepest = d == max(by_depth)
         fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines",
-                                 name=f"EAGLE-2, depth {d}", line=dict(width=1 + (d == max(by_depth)))))
+                                 name=f"EAGLE-2, depth {d}", opacity=1.0 if deepest else 0.35 + 0.08 * d,
+                                 line=dict(width=2.5 if deepest else 1, color=colour("eagle2"))))
     e1 = sorted((int(n), t) for n, t in tau["eagle1"].items())
     fig.add_trace(go.Scatter(x=[p[0] for p in e1], y=[p[1] for p in e1], mode="lines+markers", name="EAGLE-1 cut",
                              line=dict(color=colour("eagle1"), dash="dash")))
     ch = sorted((int(n) + 1, t) for n, t in tau["chain"].items())
     fig.add_trace(go.Scatter(x=[p[0] for p in ch], y=[p[1] for p in ch], mode="lines+markers", name="chain (top-1)",
-                             line=dict(dash="dot")))
+                             line=dict(dash="dot", color="#2ca02c")))
     fig.update_layout(template="none", title=dict(text=title, x=0.01), margin=dict(l=60, r=10, t=40, b=50),
                       xaxis=dict(title=dict(text="verified nodes, root included")),
                       yaxis=dict(title=dict(text="τ (tokens per target forward)")))
