@@ -1,7 +1,8 @@
 """eagle2-viz: the Gradio page. Wiring only; the page's logic lives in app_parts/, the decoder in eagle2/.
 
 `python app.py` serves it on http://127.0.0.1:7860 (GRADIO_SERVER_NAME / GRADIO_SERVER_PORT override).
-Every visitor's runs live in their own gr.State; the only module-level object is the model cache.
+Every visitor's runs live in their own gr.State; the only module-level object is the model cache. A Generate
+decodes for at most EAGLE2_RUN_BUDGET_S (app_parts/settings.py has the default).
 """
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ from typing import Any
 import gradio as gr
 
 from app_parts import actions
-from app_parts.presets import CACHE, ModelPreset, default_sizing, load_presets, model_info
+from app_parts.presets import CACHE, ModelPreset, default_sizing, load_presets, model_info, page_token_limit
 from app_parts.runner import Update, generate
 from app_parts.session import TREE_METHODS, RunControl, Session
 from app_parts.settings import (CUSTOM, CUT, MAX_PROMPT_CHARS, PAGE_MAX_NEW, SIZINGS, RunRequest, budget_markdown,
-                                load_examples, sglang_flags, static_tree, tree_choices)
+                                load_examples, run_budget_s, sglang_flags, static_tree, tree_choices)
 from app_parts.views import LABELS, analysis_views, metrics_markdown, text_view, tree_view, warm_up
 from eagle2.config import ASSETS, LIMITS, DecodeConfig
 from eagle2.loading import Bundle
@@ -33,11 +34,17 @@ at every step from the draft head's confidence, **EAGLE-1** uses one fixed tree.
 head and, by default, the same number of verified nodes: the size that runs fastest on this machine.
 See each step's tree, what the target accepted and what it pruned, and scrub back through the steps."""
 CUSTOM_EXAMPLE = "[[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 1], [0, 0, 0, 0]]"
+GPU_SLOT_S = 180  # a ZeroGPU slot for one Generate: loading, the decodes within their time limit, the drawing
 
 
 def _on_gpu(fn):
     """Run `fn` on a ZeroGPU slot when `spaces` is installed; unchanged otherwise."""
-    return spaces.GPU(duration=180)(fn) if spaces is not None else fn
+    return spaces.GPU(duration=GPU_SLOT_S)(fn) if spaces is not None else fn
+
+
+def _run_budget() -> float:
+    """Seconds a Generate may decode here: inside the GPU slot on a ZeroGPU Space."""
+    return run_budget_s(GPU_SLOT_S if spaces is not None else None)
 
 
 def launch_options() -> dict[str, Any]:
@@ -63,8 +70,9 @@ def _controls(ui: SimpleNamespace) -> None:
     gr.Examples([[e["prompt"]] for e in examples], inputs=[ui.prompt], label="Examples",
                 example_labels=[f"{e['kind']}: {e['prompt'][:38]}…" for e in examples])
     with gr.Accordion("Decoding", open=True):
-        ui.max_new = gr.Slider(*LIMITS["max_new_tokens"], value=PAGE_MAX_NEW, step=1, label="max new tokens",
-                               elem_id="max-new")
+        ui.max_new = gr.Slider(LIMITS["max_new_tokens"][0], page_token_limit(), value=PAGE_MAX_NEW, step=1,
+                               label=f"max new tokens (a Generate decodes for at most {_run_budget():g} s, shared "
+                                     "between the methods)", elem_id="max-new")
         ui.temperature = gr.Slider(*LIMITS["temperature"], value=d.temperature, step=0.05,
                                    label="temperature (0 = greedy)")
         ui.top_p = gr.Slider(*LIMITS["top_p"], value=d.top_p, step=0.01, label="top-p")
@@ -181,7 +189,8 @@ def _on_generate(prompt_text: str, preset_name: str, max_new_tokens: float, temp
     def profile(preset: ModelPreset, bundle: Bundle) -> dict | None:
         return CACHE.profile(preset, bundle, report)
 
-    for u in generate(req, loader, show_pruned=bool(show_pruned_nodes), control=control, get_profile=profile):
+    for u in generate(req, loader, show_pruned=bool(show_pruned_nodes), control=control, get_profile=profile,
+                      budget_s=_run_budget()):
         yield _show(u)
 
 

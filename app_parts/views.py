@@ -120,6 +120,7 @@ def metrics_markdown(session: Session) -> str:
             "Speedup = tokens/s over plain decoding of the same prompt in the same run.")
     if settings and budget["eagle2"] != budget["eagle1"]:
         note += " ⚠ The two trees did not share a node budget, so their τ is not a like-for-like comparison."
+    note += _limits_note(session)
     if "vanilla" not in runs:
         note += " Plain decoding has not run (yet), so there is no speedup."
     for r in rows:
@@ -127,6 +128,17 @@ def metrics_markdown(session: Session) -> str:
             note += (f" {label(session, r['method'])} accepted {r['lookup_accepted']} tokens that only its "
                      "prompt-lookup branch proposed.")
     return "\n".join(lines) + "\n\n" + note
+
+
+def _limits_note(session: Session) -> str:
+    """What the page's bounds did to this run: the methods the time limit cut."""
+    note = ""
+    limit = session.meta.get("budget")
+    if isinstance(limit, dict) and limit.get("cut"):
+        cut = ", ".join(f"{label(session, m)} after {s:g} s" for m, s in limit["cut"].items() if m in LABELS)
+        note += (f" ⏱ The time limit ({limit.get('seconds', '?')} s a Generate, shared between the methods) ended "
+                 f"{cut}: its output is kept, and its tokens/s counts only the tokens it made.")
+    return note
 
 
 def analysis_views(session: Session) -> tuple[go.Figure, ...]:

@@ -1,0 +1,134 @@
+"""The page's bounds without a model: a run's time limit."""
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import pytest
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+from app_parts.presets import load_presets  # noqa: E402
+from app_parts.runner import Budget, generate  # noqa: E402
+from app_parts.settings import RunRequest, run_budget_s  # noqa: E402
+from eagle2.records import ACCEPTED, KEPT, PRUNED, REJECTED, ROOT, UNEXPANDED, UNREACHED, Node, StepRecord  # noqa: E402
+
+PRESET = next(iter(load_presets()))
+PROMPT = "Count from 1 to 20, separated by commas."
+
+
+def _step(method: str, step: int, faded: int = 3) -> StepRecord:
+    """A drafted step: root, two kept children (the first accepted), and `faded` pruned / unexpanded nodes
+    drafted between them, so that dropping them renumbers the kept ones."""
+    if step == 0:
+        return StepRecord(step=0, method=method, prefix_len=3, nodes=(), accepted=(), bonus_token=1, new_tokens=(1,),
+                          new_texts=("a",), new_sources=("target",), draft_ms=0.0, verify_ms=1.0, commit_ms=0.0)
+    nodes = [Node(0, -1, 1, "a", 0, 0, 1.0, 0.0, ROOT, True, ACCEPTED, 2, "b")]
+    nodes.append(Node(1, 0, 2, "b", 1, 0, 0.6, -0.51, KEPT, True, ACCEPTED, 3, "c"))
+    for j in range(faded):
+        nodes.append(Node(len(nodes), 1, 5 + j, "x", 2, j + 1, 0.1, -2.8 - j, PRUNED if j % 2 else UNEXPANDED,
+                          False))
+    nodes.append(Node(len(nodes), 0, 4, "d", 1, 1, 0.3, -1.2, KEPT, False, REJECTED))
+    nodes.append(Node(len(nodes), len(nodes) - 1, 6, "e", 2, 0, 0.5, -1.9, KEPT, False, UNREACHED))
+    return StepRecord(step=step, method=method, prefix_len=3 + 2 * step, nodes=tuple(nodes), accepted=(1,),
+                      bonus_token=3, new_tokens=(2, 3), new_texts=("b", "c"), new_sources=("draft", "target"),
+                      draft_ms=1.0, verify_ms=2.0, commit_ms=0.1)
+
+
+class FakeClock:
+    """Seconds that pass only when a decoder step runs (each method's own step time)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _fake_decoding(monkeypatch, clock: FakeClock, step_s: dict[str, float]) -> tuple[dict[str, int], object]:
+    """Replace the model with a stream of `_step` records, each advancing the clock by its method's step time;
+    returns (steps each method ran, filled in as they run; a bundle to decode with)."""
+    import app_parts.runner as runner
+
+    ran: dict[str, int] = {}
+
+    def stream(bundle, ids, cfg, should_stop=None):
+        m = cfg.method
+        for step in range(cfg.max_new_tokens):
+            made = 0 if step == 0 else 1 + 2 * (step - 1)  # the prefill makes one token, each step two
+            if made >= cfg.max_new_tokens or (should_stop and should_stop()):
+                return
+            clock.now += step_s[m]
+            ran[m] = step + 1
+            yield _step(m, step)
+
+    class FakeDecoder:
+        eos: set[int] = set()
+
+        def check_prompt(self, ids, cfg):
+            return None
+
+    bundle = SimpleNamespace(tokenizer=None, model_name="fake", head_name="fake head", describe=lambda: "fake, cpu")
+    monkeypatch.setattr(runner, "encode_prompt", lambda tok, text: [1, 2, 3])
+    monkeypatch.setattr(runner, "decoder_for", lambda b: FakeDecoder())
+    monkeypatch.setattr(runner, "stream", stream)
+    monkeypatch.setattr(runner, "STATUS_EVERY_S", 1e9)
+    return ran, bundle
+
+
+def test_the_time_limit_cuts_a_slow_method_keeps_its_output_and_the_others_still_run(monkeypatch):
+    clock = FakeClock()
+    # EAGLE-2 takes 2 s a step, the others 0.5 s; 30 s for the run: EAGLE-2's share is 10 s (5 steps),
+    # EAGLE-1 then has 10 s of its 20 and needs 6 s, plain decoding the 14 s left and needs 6 s
+    ran, bundle = _fake_decoding(monkeypatch, clock, {"eagle2": 2.0, "eagle1": 0.5, "vanilla": 0.5})
+    req = RunRequest(prompt=PROMPT, preset=PRESET, max_new_tokens=22)
+    updates = list(generate(req, lambda p: bundle, budget_s=30.0, clock=clock))
+    last = updates[-1]
+    assert last.done and last.error is None and last.trees and last.analysis
+    s = last.session
+    assert ran == {"eagle2": 5, "eagle1": 12, "vanilla": 12}
+    assert s.meta["budget"] == {"seconds": 30.0, "cut": {"eagle2": 10.0}}
+    assert [len(s.records(m)) for m in ("eagle2", "eagle1", "vanilla")] == [5, 12, 12]  # output kept
+    assert last.status.startswith("Stopped at the time limit: a Generate may decode for 30 s")
+    assert "EAGLE-2 (dynamic tree) after its 10 s" in last.status and "EAGLE-2 (dynamic tree) 9 tokens" in last.status
+    assert "The time limit (30.0 s a Generate" in last.metrics and "after 10 s" in last.metrics
+    assert "yes (first 9 tokens)" in last.metrics  # the cut text is plain decoding's, as far as it goes
+
+
+def test_without_a_time_limit_every_method_runs_to_the_end(monkeypatch):
+    clock = FakeClock()
+    ran, bundle = _fake_decoding(monkeypatch, clock, {"eagle2": 2.0, "eagle1": 0.5, "vanilla": 0.5})
+    last = list(generate(RunRequest(prompt=PROMPT, preset=PRESET, max_new_tokens=22), lambda p: bundle,
+                         clock=clock))[-1]
+    assert ran == {"eagle2": 12, "eagle1": 12, "vanilla": 12} and last.status.startswith("Done.")
+    assert "budget" not in last.session.meta and "time limit" not in last.metrics
+
+
+def test_a_method_that_ends_exactly_at_its_deadline_is_not_called_cut(monkeypatch):
+    clock = FakeClock()
+    ran, bundle = _fake_decoding(monkeypatch, clock, {"eagle2": 1.0, "eagle1": 1.0, "vanilla": 1.0})
+    last = list(generate(RunRequest(prompt=PROMPT, preset=PRESET, max_new_tokens=10), lambda p: bundle,
+                         budget_s=18.0, clock=clock))[-1]  # 6 steps make 11 tokens: each ends as its 6 s do
+    assert ran == {"eagle2": 6, "eagle1": 6, "vanilla": 6}
+    assert last.session.meta["budget"]["cut"] == {} and last.status.startswith("Done.")
+
+
+def test_budget_shares_what_is_left_equally():
+    clock = FakeClock()
+    b = Budget(90.0, 3, clock)
+    assert b.start_method() == 30.0 and not b.over()
+    clock.now = 12.0  # the first method ended early: the other two share the 78 s left
+    assert b.start_method() == 39.0
+    clock.now = 51.0
+    assert b.over() and b.start_method() == 39.0
+
+
+def test_budget_settings(monkeypatch):
+    monkeypatch.delenv("EAGLE2_RUN_BUDGET_S", raising=False)
+    assert run_budget_s() == 120.0 and run_budget_s(slot_s=180) == 120.0 and run_budget_s(slot_s=120) == 60.0
+    monkeypatch.setenv("EAGLE2_RUN_BUDGET_S", "300")
+    assert run_budget_s() == 300.0 and run_budget_s(slot_s=180) == 120.0  # the GPU slot still rules
+    for bad in ("soon", "0", "-5"):
+        monkeypatch.setenv("EAGLE2_RUN_BUDGET_S", bad)
+        with pytest.raises(ValueError, match="EAGLE2_RUN_BUDGET_S"):
+            run_budget_s()
