@@ -230,10 +230,13 @@ def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
               ui.lookup, ui.min_prob, ui.expand_prob, ui.tree_dd, ui.tree_json, ui.with_vanilla, ui.show_pruned,
               ui.control, ui.sizing]
     # One decode at a time on the shared model: both triggers share a queue; other sessions wait their turn.
-    ui.run_btn.click(_on_generate, inputs, outputs, api_name="generate", show_progress="minimal",
-                     concurrency_id="decode", concurrency_limit=1)
-    ui.prompt.submit(_on_generate, inputs, outputs, api_name=False, show_progress="minimal",
-                     concurrency_id="decode", concurrency_limit=1)
+    # A click first counts the run as waiting (unqueued, instant), so that Stop can take it out of the queue.
+    # "minimal" keeps the trees visible during a run and still prints "queue: position/size | elapsed/estimate s"
+    # on each output while the run waits (Gradio 6.31's status tracker; "full" also greys the outputs out).
+    for trigger, api in ((ui.run_btn.click, "generate"), (ui.prompt.submit, False)):
+        trigger(actions.enqueue, ui.control, ui.status, queue=False, api_name=False, show_progress="hidden").then(
+            _on_generate, inputs, outputs, api_name=api, show_progress="minimal", concurrency_id="decode",
+            concurrency_limit=1)
     # Stop flips this visitor's RunControl; the run ends after its current step and draws what it made.
     # (`cancels=` raced with a step in flight on Gradio 6.31: an empty completion arrived after the redraw
     # and left the outputs showing "Error".)

@@ -37,12 +37,28 @@ def redraw(session: Session | None, steps: dict[str, float | None], show_pruned:
             for m in TREE_METHODS}
 
 
+def enqueue(control: RunControl | None) -> str:
+    """Generate was clicked: count a run as waiting for the model (the queued decode follows this at once)."""
+    if control is not None:
+        control.waiting += 1
+    return ("Waiting for the model: one decode runs at a time, so Generate queues (your place and an estimate "
+            "show on the outputs). Stop takes you out of the queue.")
+
+
 def request_stop(control: RunControl | None) -> str:
-    """Stop: ask the running decode to end after its current step (it then draws what it produced)."""
-    if control is None or not control.running:
+    """Stop: ask the running decode to end after its current step (it then draws what it produced); runs still
+    waiting in the queue are taken out (each ends at once when its turn comes, without decoding)."""
+    if control is None:
         return "Nothing is running."
-    control.stop_requested = True
-    return "Stopping after the current step…"
+    waiting = control.waiting - control.skip
+    if waiting > 0:
+        control.skip = control.waiting
+    if control.running:
+        control.stop_requested = True
+        return "Stopping after the current step…"
+    if waiting > 0:
+        return "Taken out of the queue: nothing was decoded. Generate again at any time."
+    return "Nothing is running."
 
 
 def export(session: Session | None) -> tuple[str | None, str | None]:

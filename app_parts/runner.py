@@ -147,11 +147,14 @@ def generate(req: RunRequest, get_bundle: Callable[[ModelPreset], Bundle], show_
 
     Stop is cooperative: `control.stop_requested` ends the run after the current step, and the last
     update draws everything produced so far (Gradio's `cancels` can leave the page in an error state
-    when it lands during a step).
+    when it lands during a step). A run Stop took out of the queue ends at once, before anything loads.
     `budget_s` bounds the decoding's wall time on `clock` (None: no bound), shared between the methods.
     """
     control = control or RunControl()
-    control.running, control.stop_requested = True, False
+    if not control.take_turn():
+        yield Update(session=None, status="Stopped before it started: this run left the queue without decoding. "
+                                           "Generate again at any time.", done=True)
+        return
     try:
         yield from _generate(req, get_bundle, show_pruned, control, get_profile, budget_s, clock)
     except (ValueError, RuntimeError) as e:  # a failure inside the decoder: say what, keep the page working

@@ -51,10 +51,25 @@ class Session:
 
 @dataclass
 class RunControl:
-    """Per-visitor switch (its own gr.State): Generate marks a run, Stop asks it to end after the current step."""
+    """Per-visitor switch (its own gr.State): Generate marks a run, Stop asks it to end after the current step.
+
+    A click on Generate first counts a run as waiting (the queue holds it until the model is free); Stop
+    while runs wait marks them to be skipped, and each ends at once when its turn comes (`take_turn`).
+    """
 
     running: bool = False
     stop_requested: bool = False
+    waiting: int = 0   # runs this visitor has queued that have not started
+    skip: int = 0      # of those, how many Stop took back (the oldest first: a session's runs start in order)
+
+    def take_turn(self) -> bool:
+        """A queued run starts: True when it should decode, False when Stop took it out while it waited."""
+        self.waiting = max(self.waiting - 1, 0)
+        if self.skip > 0:
+            self.skip -= 1
+            return False
+        self.running, self.stop_requested = True, False
+        return True
 
 
 def export_trace(session: Session, directory: str | Path | None = None) -> Path:

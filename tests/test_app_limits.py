@@ -1,4 +1,4 @@
-"""The page's bounds without a model: a run's time limit."""
+"""The page's bounds without a model: a run's time limit, and Stop while waiting in the queue."""
 from __future__ import annotations
 
 import os
@@ -8,8 +8,10 @@ import pytest
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
+from app_parts import actions  # noqa: E402
 from app_parts.presets import load_presets  # noqa: E402
 from app_parts.runner import Budget, generate  # noqa: E402
+from app_parts.session import RunControl  # noqa: E402
 from app_parts.settings import RunRequest, run_budget_s  # noqa: E402
 from eagle2.records import ACCEPTED, KEPT, PRUNED, REJECTED, ROOT, UNEXPANDED, UNREACHED, Node, StepRecord  # noqa: E402
 
@@ -132,3 +134,41 @@ def test_budget_settings(monkeypatch):
         monkeypatch.setenv("EAGLE2_RUN_BUDGET_S", bad)
         with pytest.raises(ValueError, match="EAGLE2_RUN_BUDGET_S"):
             run_budget_s()
+
+
+def _no_model(preset):
+    raise AssertionError("a run taken out of the queue must not load anything")
+
+
+def test_stop_while_waiting_takes_the_run_out_of_the_queue():
+    control = RunControl()
+    assert "Stop takes you out" in actions.enqueue(control) and control.waiting == 1
+    assert actions.request_stop(control) == "Taken out of the queue: nothing was decoded. Generate again at any time."
+    updates = list(generate(RunRequest(prompt=PROMPT, preset=PRESET), _no_model, control=control))
+    assert len(updates) == 1 and updates[0].status.startswith("Stopped before it started") and updates[0].done
+    assert updates[0].session is None and updates[0].error is None and not control.running
+    assert (control.waiting, control.skip) == (0, 0)
+    # the next click runs (here it is refused for its empty prompt, before anything loads)
+    actions.enqueue(control)
+    updates = list(generate(RunRequest(prompt="", preset=PRESET), _no_model, control=control))
+    assert "prompt is empty" in updates[-1].error and not control.running
+    assert actions.request_stop(control) == "Nothing is running."
+
+
+def test_stop_takes_out_only_the_runs_waiting_when_it_is_pressed():
+    control = RunControl()
+    actions.enqueue(control)
+    actions.enqueue(control)
+    actions.request_stop(control)
+    actions.enqueue(control)  # a third click after Stop
+    starts = [control.take_turn() for _ in range(3)]
+    assert starts == [False, False, True] and control.running
+
+
+def test_stop_during_a_run_also_empties_the_visitors_queue():
+    control = RunControl()
+    actions.enqueue(control)
+    assert control.take_turn() and control.running
+    actions.enqueue(control)  # clicked again while running
+    assert actions.request_stop(control) == "Stopping after the current step…" and control.stop_requested
+    assert control.take_turn() is False
