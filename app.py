@@ -1,8 +1,9 @@
 """eagle2-viz: the Gradio page. Wiring only; the page's logic lives in app_parts/, the decoder in eagle2/.
 
 `python app.py` serves it on http://127.0.0.1:7860 (GRADIO_SERVER_NAME / GRADIO_SERVER_PORT override).
-Every visitor's runs live in their own gr.State; the only module-level object is the model cache. A Generate
-decodes for at most EAGLE2_RUN_BUDGET_S (app_parts/settings.py has the default).
+Every visitor's runs live in their own gr.State; the only module-level object is the model cache. A visitor's
+state is freed when their page closes or after EAGLE2_SESSION_TTL_S without use; a Generate decodes for at
+most EAGLE2_RUN_BUDGET_S (app_parts/settings.py has the defaults).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import gradio as gr
 from app_parts import actions
 from app_parts.presets import CACHE, ModelPreset, default_sizing, load_presets, model_info, page_token_limit
 from app_parts.runner import Update, generate
-from app_parts.session import TREE_METHODS, RunControl, Session
+from app_parts.session import TREE_METHODS, RunControl, Session, session_ttl_s
 from app_parts.settings import (CUSTOM, CUT, MAX_PROMPT_CHARS, PAGE_MAX_NEW, SIZINGS, RunRequest, budget_markdown,
                                 load_examples, run_budget_s, sglang_flags, static_tree, tree_choices)
 from app_parts.views import LABELS, analysis_views, metrics_markdown, text_view, tree_view, warm_up
@@ -242,9 +243,10 @@ def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     # and left the outputs showing "Error".)
     ui.stop_btn.click(actions.request_stop, ui.control, ui.status, api_name="stop", concurrency_limit=None,
                       show_progress="hidden")
-    for m in TREE_METHODS:
-        ui.sliders[m].release(lambda s, v, p, m=m: actions.scrub(s, m, v, p), [ui.state, ui.sliders[m], ui.show_pruned],
-                              [ui.trees[m], ui.texts[m], ui.captions[m]], api_name=f"scrub_{m}",
+    for m in TREE_METHODS:  # the session goes back to its State, which restarts its idle time
+        ui.sliders[m].release(lambda s, v, p, m=m: (*actions.scrub(s, m, v, p), s),
+                              [ui.state, ui.sliders[m], ui.show_pruned],
+                              [ui.trees[m], ui.texts[m], ui.captions[m], ui.state], api_name=f"scrub_{m}",
                               show_progress="hidden")
     ui.latest_btn.click(lambda s, p: _show(actions.follow_latest(s, p)), [ui.state, ui.show_pruned], outputs,
                         api_name=False)
@@ -271,6 +273,27 @@ def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
 
     ui.model_dd.change(describe, ui.model_dd, ui.info, api_name=False)
     demo.load(describe, ui.model_dd, ui.info, api_name=False)
+    demo.unload(_forget_visitor(demo, ui))
+
+
+def _forget_visitor(demo: gr.Blocks, ui: SimpleNamespace):
+    """The handler for a closed page: stop the visitor's decode and free their session now.
+
+    Gradio 6.31 keeps a closed session's state for an hour (StateHolder's STATE_TTL_WHEN_CLOSED, whatever the
+    State's own time_to_live) and each session's last outputs (figures, text) until it evicts the session, so
+    the session is dropped here; an event still running holds its own reference and finishes unharmed.
+    """
+    def forget(request: gr.Request) -> None:
+        holder = demo.state_holder
+        sid = request.session_hash
+        with holder.lock:
+            gone = holder.session_data.pop(sid, None)
+            holder.time_last_used.pop(sid, None)
+        control = gone.state_data.get(ui.control._id) if gone is not None else None
+        if isinstance(control, RunControl):
+            control.skip, control.stop_requested = control.waiting, True
+
+    return forget
 
 
 def build_demo() -> gr.Blocks:
@@ -278,7 +301,7 @@ def build_demo() -> gr.Blocks:
     warm_up()
     ui = SimpleNamespace()
     with gr.Blocks(title="EAGLE-2 draft trees", fill_width=True) as demo:
-        ui.state = gr.State(Session())
+        ui.state = gr.State(Session(), time_to_live=session_ttl_s())  # idle time: every write restarts it
         ui.control = gr.State(RunControl())
         gr.Markdown(HEADER)
         with gr.Row():

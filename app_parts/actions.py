@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 
 from app_parts.runner import Update, full_update
 from app_parts.session import TREE_METHODS, RunControl, Session, export_trace, import_trace
-from app_parts.views import step_caption, text_view, tree_view
+from app_parts.views import session_caption, text_view, tree_view
 
 
 def scrub(session: Session | None, method: str, step: float | None,
@@ -19,7 +19,7 @@ def scrub(session: Session | None, method: str, step: float | None,
     step = 0 if step is None else int(step)
     rec = session.record(method, step)
     return (tree_view(session, method, step, show_pruned),
-            text_view(session, method, rec.step if rec else None), step_caption(rec))
+            text_view(session, method, rec.step if rec else None), session_caption(session, method, step))
 
 
 def follow_latest(session: Session | None, show_pruned: bool = True) -> Update:

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from app_parts.presets import ModelPreset, describe_preset, in_use, load_presets, repo_relative
-from app_parts.session import TREE_METHODS, RunControl, Session
+from app_parts.session import TREE_METHODS, RunControl, Session, bound_faded
 from app_parts.settings import RunRequest, check_prompt, configs, settings_meta
-from app_parts.views import analysis_views, label, metrics_markdown, step_caption, text_view, tree_view
+from app_parts.views import analysis_views, label, metrics_markdown, session_caption, text_view, tree_view
 from eagle2.api import decoder_for, encode_prompt, stream
 from eagle2.loading import Bundle
 
@@ -57,7 +57,7 @@ def full_update(session: Session, status: str, show_pruned: bool = True, done: b
         session=session, status=status, done=done,
         trees={m: tree_view(session, m, None, show_pruned) for m in follow},
         texts={m: text_view(session, m) for m in follow},
-        captions={m: step_caption(session.record(m)) for m in follow},
+        captions={m: session_caption(session, m) for m in follow},
         metrics=metrics_markdown(session), analysis=analysis_views(session))
 
 
@@ -214,6 +214,7 @@ def _generate(req: RunRequest, get_bundle: Callable[[ModelPreset], Bundle], show
 
     yield from _decode_timed(session, gens, control, budget, complete)
     session.meta["page_timing"] = {"decode_s": {m: round(t, 4) for m, t in session.decode_s.items()}}
+    bound_faded(session)  # after the timed decodes: memory per visitor stays bounded
     if control.stop_requested:
         yield full_update(session, _stopped_status(session), show_pruned, done=True)
         return

@@ -1,6 +1,8 @@
-"""The page's bounds without a model: a run's time limit, and Stop while waiting in the queue."""
+"""The page's bounds without a model: a run's time limit, Stop while waiting in the queue, a session's size and
+lifetime, and the visitor who leaves."""
 from __future__ import annotations
 
+import json
 import os
 from types import SimpleNamespace
 
@@ -11,9 +13,12 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 from app_parts import actions  # noqa: E402
 from app_parts.presets import load_presets  # noqa: E402
 from app_parts.runner import Budget, generate  # noqa: E402
-from app_parts.session import RunControl  # noqa: E402
+from app_parts.session import (RunControl, Session, bound_faded, export_trace, import_trace,  # noqa: E402
+                               session_ttl_s)
 from app_parts.settings import RunRequest, run_budget_s  # noqa: E402
+from app_parts.views import metrics_markdown, session_caption, tree_view  # noqa: E402
 from eagle2.records import ACCEPTED, KEPT, PRUNED, REJECTED, ROOT, UNEXPANDED, UNREACHED, Node, StepRecord  # noqa: E402
+from viz.tree_size import tree_size_table  # noqa: E402
 
 PRESET = next(iter(load_presets()))
 PROMPT = "Count from 1 to 20, separated by commas."
@@ -125,15 +130,20 @@ def test_budget_shares_what_is_left_equally():
     assert b.over() and b.start_method() == 39.0
 
 
-def test_budget_settings(monkeypatch):
+def test_budget_and_lifetime_settings(monkeypatch):
     monkeypatch.delenv("EAGLE2_RUN_BUDGET_S", raising=False)
+    monkeypatch.delenv("EAGLE2_SESSION_TTL_S", raising=False)
     assert run_budget_s() == 120.0 and run_budget_s(slot_s=180) == 120.0 and run_budget_s(slot_s=120) == 60.0
+    assert session_ttl_s() == 1800.0
     monkeypatch.setenv("EAGLE2_RUN_BUDGET_S", "300")
     assert run_budget_s() == 300.0 and run_budget_s(slot_s=180) == 120.0  # the GPU slot still rules
-    for bad in ("soon", "0", "-5"):
-        monkeypatch.setenv("EAGLE2_RUN_BUDGET_S", bad)
-        with pytest.raises(ValueError, match="EAGLE2_RUN_BUDGET_S"):
-            run_budget_s()
+    monkeypatch.setenv("EAGLE2_SESSION_TTL_S", "45")
+    assert session_ttl_s() == 45.0
+    for name, fn in (("EAGLE2_RUN_BUDGET_S", run_budget_s), ("EAGLE2_SESSION_TTL_S", session_ttl_s)):
+        for bad in ("soon", "0", "-5"):
+            monkeypatch.setenv(name, bad)
+            with pytest.raises(ValueError, match=name):
+                fn()
 
 
 def _no_model(preset):
@@ -172,3 +182,84 @@ def test_stop_during_a_run_also_empties_the_visitors_queue():
     actions.enqueue(control)  # clicked again while running
     assert actions.request_stop(control) == "Stopping after the current step…" and control.stop_requested
     assert control.take_turn() is False
+
+
+def _session(steps: int = 6, faded: int = 3) -> Session:
+    runs = {m: [_step(m, k, faded) for k in range(steps)] for m in ("eagle2", "eagle1")}
+    return Session(runs=runs, meta={"settings": {"temperature": 0.0, "total_tokens": 4}}, source="live")
+
+
+def test_a_session_keeps_a_bounded_number_of_pruned_nodes_the_newest_steps_first():
+    s = _session()
+    before = {m: [(r.nodes, r.verified, r.accepted) for r in s.runs[m]] for m in s.runs}
+    table = tree_size_table(s.records("eagle2"), s.meta, s.records("eagle1"))
+    assert bound_faded(s, limit=100) == 0 and "dropped" not in s.meta  # under the bound: nothing changes
+    assert bound_faded(s, limit=13) == 18  # 30 faded nodes; steps 1-3 of both trees lose theirs
+    assert s.meta["dropped"] == {m: {"1": 3, "2": 3, "3": 3} for m in ("eagle2", "eagle1")}
+    for m in s.runs:
+        for r, (nodes, verified, accepted) in zip(s.runs[m], before[m]):
+            assert [(n.token, n.status, n.verdict) for n in r.verified] == [(n.token, n.status, n.verdict)
+                                                                            for n in verified]
+            assert [r.nodes[a].token for a in r.accepted] == [nodes[a].token for a in accepted]
+            assert all(n.id == i and (n.parent < n.id) for i, n in enumerate(r.nodes))
+            assert len(r.nodes) == (len(verified) if 1 <= r.step <= 3 else len(nodes))
+    assert tree_size_table(s.records("eagle2"), s.meta, s.records("eagle1")) == table  # the analysis is the same
+    assert s.dropped("eagle2", 2) == 3 and s.dropped("eagle2", 4) == 0
+    fig = tree_view(s, "eagle2", 2)
+    assert "3 verified of 6 drafted (3 pruned not kept)" in fig.layout.title.text
+    assert "its 3 pruned nodes were not kept" in session_caption(s, "eagle2", 2)
+    assert "not kept" not in session_caption(s, "eagle2", 5)
+    assert "steps 1-3 keep their verified trees only (9 pruned nodes not kept" in metrics_markdown(s)
+
+
+def test_a_loaded_trace_is_bounded_too_and_says_so(tmp_path, monkeypatch):
+    import app_parts.session as session
+
+    path = export_trace(_session(steps=8), tmp_path)
+    monkeypatch.setattr(session, "MAX_FADED_NODES", 9)
+    loaded = import_trace(path.read_text())  # 42 pruned nodes: the oldest 33 go, EAGLE-1's step 6 last
+    assert loaded.meta["dropped"]["eagle2"] == {str(k): 3 for k in range(1, 6)}
+    assert loaded.meta["dropped"]["eagle1"] == {str(k): 3 for k in range(1, 7)}
+    (tmp_path / "again").mkdir()
+    again = import_trace(export_trace(loaded, tmp_path / "again").read_text())  # re-exported: still says so
+    assert again.meta["dropped"] == loaded.meta["dropped"]
+    bad = json.loads(path.read_text())
+    bad["meta"]["dropped"] = "lots"
+    odd = import_trace(json.dumps(bad))
+    assert odd.dropped("eagle2", 1) == 3 and isinstance(odd.meta["dropped"], dict)
+
+
+def test_an_empty_session_says_runs_are_freed(monkeypatch):
+    monkeypatch.setenv("EAGLE2_SESSION_TTL_S", "600")
+    assert "freed when its page closes or after 10 minutes without use" in session_caption(Session(), "eagle2", 3)
+    fig, text, caption = actions.scrub(Session(), "eagle2", 3)
+    assert "10 minutes" in caption
+
+
+def test_the_page_wires_its_bounds(monkeypatch):
+    """Session lifetime from the environment, the token slider's device limit, the pending step before Generate,
+    and the handler that frees a closed page's session."""
+    from gradio.state_holder import StateHolder
+
+    import app
+
+    monkeypatch.setenv("EAGLE2_SESSION_TTL_S", "77")
+    demo = app.build_demo()
+    state = next(b for b in demo.blocks.values() if getattr(b, "time_to_live", None) == 77.0)
+    slider = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "max-new")
+    assert slider.maximum == 512 and "120 s" in slider.label  # this machine has no GPU
+    fns = list(demo.fns.values())
+    gen = next(f for f in fns if f.api_name == "generate")
+    assert gen.concurrency_id == "decode" and gen.concurrency_limit == 1 and gen.show_progress == "minimal"
+    pending = [f for f in fns if f.name == "enqueue"]
+    assert len(pending) == 2 and all(not f.queue for f in pending)  # the button and the prompt's Enter
+    unload = next(f for f in fns if any(t[1] == "unload" for t in f.targets))
+    holder = StateHolder()
+    holder.set_blocks(demo)
+    control = RunControl(running=True, waiting=1)
+    holder["visitor"][state._id] = _session()
+    control_id = next(b._id for b in demo.blocks.values() if b is not state and type(b).__name__ == "State")
+    holder["visitor"][control_id] = control
+    unload.fn(SimpleNamespace(session_hash="visitor"))
+    assert "visitor" not in holder.session_data and control.stop_requested and control.skip == 1
+    unload.fn(SimpleNamespace(session_hash="visitor"))  # a second close is harmless
