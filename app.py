@@ -17,7 +17,7 @@ import gradio as gr
 from app_parts import actions
 from app_parts.presets import CACHE, ModelPreset, default_sizing, load_presets, model_info, page_token_limit
 from app_parts.runner import Update, generate
-from app_parts.session import TREE_METHODS, RunControl, Session, session_ttl_s
+from app_parts.session import TREE_METHODS, RunControl, Session, free_session, release_freed_memory, session_ttl_s
 from app_parts.settings import (CUSTOM, CUT, MAX_PROMPT_CHARS, PAGE_MAX_NEW, SIZINGS, RunRequest, budget_markdown,
                                 load_examples, run_budget_s, sglang_flags, static_tree, tree_choices)
 from app_parts.views import LABELS, analysis_views, metrics_markdown, text_view, tree_view, warm_up
@@ -289,9 +289,13 @@ def _forget_visitor(demo: gr.Blocks, ui: SimpleNamespace):
         with holder.lock:
             gone = holder.session_data.pop(sid, None)
             holder.time_last_used.pop(sid, None)
-        control = gone.state_data.get(ui.control._id) if gone is not None else None
+        if gone is None:
+            return
+        control = gone.state_data.get(ui.control._id)
         if isinstance(control, RunControl):
             control.skip, control.stop_requested = control.waiting, True
+        del gone, control
+        release_freed_memory()
 
     return forget
 
@@ -301,7 +305,8 @@ def build_demo() -> gr.Blocks:
     warm_up()
     ui = SimpleNamespace()
     with gr.Blocks(title="EAGLE-2 draft trees", fill_width=True) as demo:
-        ui.state = gr.State(Session(), time_to_live=session_ttl_s())  # idle time: every write restarts it
+        # idle time: every write restarts it; when it runs out the session is emptied and its memory given back
+        ui.state = gr.State(Session(), time_to_live=session_ttl_s(), delete_callback=free_session)
         ui.control = gr.State(RunControl())
         gr.Markdown(HEADER)
         with gr.Row():

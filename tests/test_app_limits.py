@@ -13,8 +13,8 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 from app_parts import actions  # noqa: E402
 from app_parts.presets import load_presets  # noqa: E402
 from app_parts.runner import Budget, generate  # noqa: E402
-from app_parts.session import (RunControl, Session, bound_faded, export_trace, import_trace,  # noqa: E402
-                               session_ttl_s)
+from app_parts.session import (RunControl, Session, bound_faded, export_trace, free_session,  # noqa: E402
+                               import_trace, session_ttl_s)
 from app_parts.settings import RunRequest, run_budget_s  # noqa: E402
 from app_parts.views import metrics_markdown, session_caption, tree_view  # noqa: E402
 from eagle2.records import ACCEPTED, KEPT, PRUNED, REJECTED, ROOT, UNEXPANDED, UNREACHED, Node, StepRecord  # noqa: E402
@@ -246,6 +246,7 @@ def test_the_page_wires_its_bounds(monkeypatch):
     monkeypatch.setenv("EAGLE2_SESSION_TTL_S", "77")
     demo = app.build_demo()
     state = next(b for b in demo.blocks.values() if getattr(b, "time_to_live", None) == 77.0)
+    assert state.delete_callback is free_session
     slider = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "max-new")
     assert slider.maximum == 512 and "120 s" in slider.label  # this machine has no GPU
     fns = list(demo.fns.values())
@@ -263,3 +264,9 @@ def test_the_page_wires_its_bounds(monkeypatch):
     unload.fn(SimpleNamespace(session_hash="visitor"))
     assert "visitor" not in holder.session_data and control.stop_requested and control.skip == 1
     unload.fn(SimpleNamespace(session_hash="visitor"))  # a second close is harmless
+
+
+def test_an_expired_session_is_emptied():
+    s = _session()
+    free_session(s)
+    assert s.runs == {} and s.meta == {} and "No run to show" in session_caption(s, "eagle2")
