@@ -1,7 +1,9 @@
 """eagle2-viz: the Gradio page. Wiring only; the page's logic lives in app_parts/, the decoder in eagle2/.
 
 `python app.py` serves it on http://127.0.0.1:7860 (GRADIO_SERVER_NAME / GRADIO_SERVER_PORT override).
-Every visitor's runs live in their own gr.State; the only module-level object is the model cache.
+Every visitor's runs live in their own gr.State; the only module-level object is the model cache. A visitor's
+state is freed when their page closes or after EAGLE2_SESSION_TTL_S without use; a Generate decodes for at
+most EAGLE2_RUN_BUDGET_S (app_parts/settings.py has the defaults).
 """
 from __future__ import annotations
 
@@ -13,11 +15,11 @@ from typing import Any
 import gradio as gr
 
 from app_parts import actions, workload
-from app_parts.presets import CACHE, ModelPreset, default_sizing, load_presets, model_info
+from app_parts.presets import CACHE, ModelPreset, default_sizing, load_presets, model_info, page_token_limit
 from app_parts.runner import Update, generate
-from app_parts.session import TREE_METHODS, RunControl, Session
+from app_parts.session import TREE_METHODS, RunControl, Session, free_session, release_freed_memory, session_ttl_s
 from app_parts.settings import (CUSTOM, CUT, MAX_PROMPT_CHARS, PAGE_MAX_NEW, SIZINGS, RunRequest, budget_markdown,
-                                load_examples, sglang_flags, static_tree, tree_choices)
+                                load_examples, run_budget_s, sglang_flags, static_tree, tree_choices)
 from app_parts.views import LABELS, analysis_views, metrics_markdown, text_view, tree_view, warm_up
 from eagle2.config import ASSETS, LIMITS, DecodeConfig
 from eagle2.loading import Bundle
@@ -33,11 +35,17 @@ at every step from the draft head's confidence, **EAGLE-1** uses one fixed tree.
 head and, by default, the same number of verified nodes: the size that runs fastest on this machine.
 See each step's tree, what the target accepted and what it pruned, and scrub back through the steps."""
 CUSTOM_EXAMPLE = "[[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 1], [0, 0, 0, 0]]"
+GPU_SLOT_S = 180  # a ZeroGPU slot for one Generate: loading, the decodes within their time limit, the drawing
 
 
 def _on_gpu(fn):
     """Run `fn` on a ZeroGPU slot when `spaces` is installed; unchanged otherwise."""
-    return spaces.GPU(duration=180)(fn) if spaces is not None else fn
+    return spaces.GPU(duration=GPU_SLOT_S)(fn) if spaces is not None else fn
+
+
+def _run_budget() -> float:
+    """Seconds a Generate may decode here: inside the GPU slot on a ZeroGPU Space."""
+    return run_budget_s(GPU_SLOT_S if spaces is not None else None)
 
 
 def launch_options() -> dict[str, Any]:
@@ -63,8 +71,9 @@ def _controls(ui: SimpleNamespace) -> None:
     gr.Examples([[e["prompt"]] for e in examples], inputs=[ui.prompt], label="Examples",
                 example_labels=[f"{e['kind']}: {e['prompt'][:38]}…" for e in examples])
     with gr.Accordion("Decoding", open=True):
-        ui.max_new = gr.Slider(*LIMITS["max_new_tokens"], value=PAGE_MAX_NEW, step=1, label="max new tokens",
-                               elem_id="max-new")
+        ui.max_new = gr.Slider(LIMITS["max_new_tokens"][0], page_token_limit(), value=PAGE_MAX_NEW, step=1,
+                               label=f"max new tokens (a Generate decodes for at most {_run_budget():g} s, shared "
+                                     "between the methods)", elem_id="max-new")
         ui.temperature = gr.Slider(*LIMITS["temperature"], value=d.temperature, step=0.05,
                                    label="temperature (0 = greedy)")
         ui.top_p = gr.Slider(*LIMITS["top_p"], value=d.top_p, step=0.01, label="top-p")
@@ -224,7 +233,8 @@ def _on_generate(prompt_text: str, preset_name: str, max_new_tokens: float, temp
     def profile(preset: ModelPreset, bundle: Bundle) -> dict | None:
         return CACHE.profile(preset, bundle, report)
 
-    for u in generate(req, loader, show_pruned=bool(show_pruned_nodes), control=control, get_profile=profile):
+    for u in generate(req, loader, show_pruned=bool(show_pruned_nodes), control=control, get_profile=profile,
+                      budget_s=_run_budget()):
         yield _show(u)
 
 
@@ -264,18 +274,22 @@ def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
               ui.lookup, ui.min_prob, ui.expand_prob, ui.tree_dd, ui.tree_json, ui.with_vanilla, ui.show_pruned,
               ui.control, ui.sizing]
     # One decode at a time on the shared model: both triggers share a queue; other sessions wait their turn.
-    ui.run_btn.click(_on_generate, inputs, outputs, api_name="generate", show_progress="minimal",
-                     concurrency_id="decode", concurrency_limit=1)
-    ui.prompt.submit(_on_generate, inputs, outputs, api_name=False, show_progress="minimal",
-                     concurrency_id="decode", concurrency_limit=1)
+    # A click first counts the run as waiting (unqueued, instant), so that Stop can take it out of the queue.
+    # "minimal" keeps the trees visible during a run and still prints "queue: position/size | elapsed/estimate s"
+    # on each output while the run waits (Gradio 6.31's status tracker; "full" also greys the outputs out).
+    for trigger, api in ((ui.run_btn.click, "generate"), (ui.prompt.submit, False)):
+        trigger(actions.enqueue, ui.control, ui.status, queue=False, api_name=False, show_progress="hidden").then(
+            _on_generate, inputs, outputs, api_name=api, show_progress="minimal", concurrency_id="decode",
+            concurrency_limit=1)
     # Stop flips this visitor's RunControl; the run ends after its current step and draws what it made.
     # (`cancels=` raced with a step in flight on Gradio 6.31: an empty completion arrived after the redraw
     # and left the outputs showing "Error".)
     ui.stop_btn.click(actions.request_stop, ui.control, ui.status, api_name="stop", concurrency_limit=None,
                       show_progress="hidden")
-    for m in TREE_METHODS:
-        ui.sliders[m].release(lambda s, v, p, m=m: actions.scrub(s, m, v, p), [ui.state, ui.sliders[m], ui.show_pruned],
-                              [ui.trees[m], ui.texts[m], ui.captions[m]], api_name=f"scrub_{m}",
+    for m in TREE_METHODS:  # the session goes back to its State, which restarts its idle time
+        ui.sliders[m].release(lambda s, v, p, m=m: (*actions.scrub(s, m, v, p), s),
+                              [ui.state, ui.sliders[m], ui.show_pruned],
+                              [ui.trees[m], ui.texts[m], ui.captions[m], ui.state], api_name=f"scrub_{m}",
                               show_progress="hidden")
     ui.latest_btn.click(lambda s, p: _show(actions.follow_latest(s, p)), [ui.state, ui.show_pruned], outputs,
                         api_name=False)
@@ -307,6 +321,31 @@ def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
                      show_progress="hidden")
     ui.model_dd.change(describe, ui.model_dd, ui.info, api_name=False)
     demo.load(describe, ui.model_dd, ui.info, api_name=False)
+    demo.unload(_forget_visitor(demo, ui))
+
+
+def _forget_visitor(demo: gr.Blocks, ui: SimpleNamespace):
+    """The handler for a closed page: stop the visitor's decode and free their session now.
+
+    Gradio 6.31 keeps a closed session's state for an hour (StateHolder's STATE_TTL_WHEN_CLOSED, whatever the
+    State's own time_to_live) and each session's last outputs (figures, text) until it evicts the session, so
+    the session is dropped here; an event still running holds its own reference and finishes unharmed.
+    """
+    def forget(request: gr.Request) -> None:
+        holder = demo.state_holder
+        sid = request.session_hash
+        with holder.lock:
+            gone = holder.session_data.pop(sid, None)
+            holder.time_last_used.pop(sid, None)
+        if gone is None:
+            return
+        control = gone.state_data.get(ui.control._id)
+        if isinstance(control, RunControl):
+            control.skip, control.stop_requested = control.waiting, True
+        del gone, control
+        release_freed_memory()
+
+    return forget
 
 
 def build_demo() -> gr.Blocks:
@@ -314,7 +353,8 @@ def build_demo() -> gr.Blocks:
     warm_up()
     ui = SimpleNamespace()
     with gr.Blocks(title="EAGLE-2 draft trees", fill_width=True) as demo:
-        ui.state = gr.State(Session())
+        # idle time: every write restarts it; when it runs out the session is emptied and its memory given back
+        ui.state = gr.State(Session(), time_to_live=session_ttl_s(), delete_callback=free_session)
         ui.control = gr.State(RunControl())
         gr.Markdown(HEADER)
         with gr.Tabs():

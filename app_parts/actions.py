@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 
 from app_parts.runner import Update, full_update
 from app_parts.session import TREE_METHODS, RunControl, Session, export_trace, import_trace
-from app_parts.views import step_caption, text_view, tree_view
+from app_parts.views import session_caption, text_view, tree_view
 
 
 def scrub(session: Session | None, method: str, step: float | None,
@@ -19,7 +19,7 @@ def scrub(session: Session | None, method: str, step: float | None,
     step = 0 if step is None else int(step)
     rec = session.record(method, step)
     return (tree_view(session, method, step, show_pruned),
-            text_view(session, method, rec.step if rec else None), step_caption(rec))
+            text_view(session, method, rec.step if rec else None), session_caption(session, method, step))
 
 
 def follow_latest(session: Session | None, show_pruned: bool = True) -> Update:
@@ -37,12 +37,28 @@ def redraw(session: Session | None, steps: dict[str, float | None], show_pruned:
             for m in TREE_METHODS}
 
 
+def enqueue(control: RunControl | None) -> str:
+    """Generate was clicked: count a run as waiting for the model (the queued decode follows this at once)."""
+    if control is not None:
+        control.waiting += 1
+    return ("Waiting for the model: one decode runs at a time, so Generate queues (your place and an estimate "
+            "show on the outputs). Stop takes you out of the queue.")
+
+
 def request_stop(control: RunControl | None) -> str:
-    """Stop: ask the running decode to end after its current step (it then draws what it produced)."""
-    if control is None or not control.running:
+    """Stop: ask the running decode to end after its current step (it then draws what it produced); runs still
+    waiting in the queue are taken out (each ends at once when its turn comes, without decoding)."""
+    if control is None:
         return "Nothing is running."
-    control.stop_requested = True
-    return "Stopping after the current step…"
+    waiting = control.waiting - control.skip
+    if waiting > 0:
+        control.skip = control.waiting
+    if control.running:
+        control.stop_requested = True
+        return "Stopping after the current step…"
+    if waiting > 0:
+        return "Taken out of the queue: nothing was decoded. Generate again at any time."
+    return "Nothing is running."
 
 
 def export(session: Session | None) -> tuple[str | None, str | None]:

@@ -3,21 +3,42 @@
 A Session holds every step record of the last run per method, the run's metadata and which steps the
 page shows. Exported traces are eagle2.records.Trace JSON; imported ones are checked field by field
 so that a malformed or foreign file is refused with a message instead of breaking a figure later.
+A session's size is bounded: past MAX_FADED_NODES pruned or never-expanded draft nodes, the oldest steps
+lose theirs (`bound_faded`), and the page expires a session left unused for `session_ttl_s()`.
 """
 from __future__ import annotations
 
+import ctypes
+import functools
 import math
+import os
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from eagle2.config import METHODS
-from eagle2.records import SOURCES, StepRecord, Trace
+from eagle2.records import PRUNED, SOURCES, UNEXPANDED, StepRecord, Trace
 
 TREE_METHODS = ("eagle2", "eagle1")
 MAX_TRACE_BYTES = 200 * 1024 * 1024
+# Pruned and never-expanded draft nodes one session keeps (about 350 bytes each in memory, so about 7 MB): the
+# paper's tree drafts 510 a step, so a long run at its settings would otherwise keep tens of MB per visitor.
+MAX_FADED_NODES = 20_000
+SESSION_TTL_S = 1800.0  # a session unused for this long is freed (EAGLE2_SESSION_TTL_S overrides)
+
+
+def session_ttl_s() -> float:
+    """Seconds a visitor's session is kept without use: EAGLE2_SESSION_TTL_S, else SESSION_TTL_S."""
+    raw = os.environ.get("EAGLE2_SESSION_TTL_S", "")
+    try:
+        ttl = float(raw) if raw.strip() else SESSION_TTL_S
+    except ValueError:
+        raise ValueError(f"EAGLE2_SESSION_TTL_S must be a number of seconds, not {raw!r}") from None
+    if not ttl > 0:
+        raise ValueError(f"EAGLE2_SESSION_TTL_S must be positive, not {raw!r}")
+    return ttl
 
 
 @dataclass
@@ -48,13 +69,97 @@ class Session:
         """Index of the latest step of a method (0 when only the prefill or nothing is there)."""
         return max(len(self.records(method)) - 1, 0)
 
+    def dropped(self, method: str, step: int) -> int:
+        """Pruned or never-expanded nodes of one step that `bound_faded` did not keep (0 when none)."""
+        by_method = self.meta.get("dropped")  # a loaded trace's meta may hold anything: read it with care
+        by_step = by_method.get(method) if isinstance(by_method, dict) else None
+        n = by_step.get(str(step), 0) if isinstance(by_step, dict) else 0
+        return n if isinstance(n, int) and n > 0 else 0
+
 
 @dataclass
 class RunControl:
-    """Per-visitor switch (its own gr.State): Generate marks a run, Stop asks it to end after the current step."""
+    """Per-visitor switch (its own gr.State): Generate marks a run, Stop asks it to end after the current step.
+
+    A click on Generate first counts a run as waiting (the queue holds it until the model is free); Stop
+    while runs wait marks them to be skipped, and each ends at once when its turn comes (`take_turn`).
+    """
 
     running: bool = False
     stop_requested: bool = False
+    waiting: int = 0   # runs this visitor has queued that have not started
+    skip: int = 0      # of those, how many Stop took back (the oldest first: a session's runs start in order)
+
+    def take_turn(self) -> bool:
+        """A queued run starts: True when it should decode, False when Stop took it out while it waited."""
+        self.waiting = max(self.waiting - 1, 0)
+        if self.skip > 0:
+            self.skip -= 1
+            return False
+        self.running, self.stop_requested = True, False
+        return True
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+
+
+def release_freed_memory() -> None:
+    """Give the memory Python has freed back to the system. glibc keeps freed heap pages in its arenas (one per
+    thread that allocated; Gradio decodes in a pool of threads), so without this a server's resident size stays
+    near its highest even once every session is gone. A no-op where the C library is not glibc."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
+
+
+def free_session(session: Session) -> None:
+    """A session's state is being dropped (its lifetime ran out): empty it now and give its memory back."""
+    session.runs.clear()
+    session.meta.clear()
+    release_freed_memory()
+
+
+def _without_faded(r: StepRecord) -> StepRecord | None:
+    """The record with only its root and verified nodes (ids renumbered in order), or None when a verified
+    node hangs from a faded one (then the record stays whole)."""
+    keep = [n for n in r.nodes if n.status not in (PRUNED, UNEXPANDED)]
+    new_id = {n.id: i for i, n in enumerate(keep)}
+    if any(n.parent >= 0 and n.parent not in new_id for n in keep):
+        return None
+    nodes = tuple(replace(n, id=new_id[n.id], parent=new_id.get(n.parent, -1)) for n in keep)
+    return replace(r, nodes=nodes, accepted=tuple(new_id[a] for a in r.accepted))
+
+
+def bound_faded(session: Session, limit: int | None = None) -> int:
+    """Keep at most `limit` (MAX_FADED_NODES) pruned or never-expanded nodes: the oldest steps (of either tree) lose theirs
+    first. Roots, verified nodes, verdicts and accepted paths all stay, and the relative order of the
+    verified nodes too, so the text, the metrics and every analysis chart are unchanged; the steps that
+    lost nodes are listed in `session.meta["dropped"]` (step -> nodes dropped) for the page to say so.
+    Returns the number of nodes dropped."""
+    faded = [(r.step, m, i, len(r.nodes) - len(r.verified)) for m, recs in session.runs.items()
+             for i, r in enumerate(recs) if len(r.nodes) > len(r.verified)]
+    excess = sum(n for *_, n in faded) - (MAX_FADED_NODES if limit is None else limit)
+    dropped = 0
+    for step, m, i, n in sorted(faded):
+        if dropped >= excess:
+            break
+        trimmed = _without_faded(session.runs[m][i])
+        if trimmed is None:
+            continue
+        session.runs[m][i] = trimmed
+        book = session.meta.get("dropped")
+        if not isinstance(book, dict):  # a loaded trace's meta may hold anything there
+            book = session.meta["dropped"] = {}
+        if not isinstance(book.get(m), dict):
+            book[m] = {}
+        book[m][str(step)] = n
+        dropped += n
+    return dropped
 
 
 def export_trace(session: Session, directory: str | Path | None = None) -> Path:
@@ -121,4 +226,6 @@ def import_trace(text: str | bytes, name: str = "trace") -> Session:
     for method, recs in trace.runs.items():
         for i, r in enumerate(recs):
             _check_record(method, i, r)
-    return Session(runs={m: list(r) for m, r in trace.runs.items()}, meta=trace.meta, source=name)
+    session = Session(runs={m: list(r) for m, r in trace.runs.items()}, meta=trace.meta, source=name)
+    bound_faded(session)
+    return session

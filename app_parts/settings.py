@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 
 from eagle2.config import ASSETS, LIMITS, STATIC_PRESET, DecodeConfig, cut_tree, load_tree_presets, parse_tree
@@ -17,6 +18,11 @@ CUT = "mc_sim_7b_63 cut to the budget"  # EAGLE-1's tree cut breadth first to EA
 MAX_PROMPT_CHARS = 20_000
 RANK_LIMIT = LIMITS["top_k"][1]  # a static tree may use child ranks up to the largest allowed top-k
 PAGE_MAX_NEW = 64  # shorter answers than the command line's default: a visitor waits for three decodes
+# How long one Generate may decode, all its methods together (each gets an equal share of what is left), so that
+# no visitor holds the shared model for long; EAGLE2_RUN_BUDGET_S overrides. On a ZeroGPU Space the whole Generate
+# runs in one GPU slot, and SLOT_MARGIN_S of it stays for loading the model and drawing.
+RUN_BUDGET_S = 120.0
+SLOT_MARGIN_S = 60.0
 # How the page sizes the trees: the paper's EAGLE-2 at its fastest size on this machine (both trees at that
 # budget), the paper's own settings, or the sliders.
 SIZINGS = {"tuned": "same budget, the fastest for this machine",
@@ -46,6 +52,21 @@ class RunRequest:
     min_prob: float = 0.0     # EAGLE-2 sizes its tree per step (eagle2_sized, ours): keep floor (0 = none)
     expand_prob: float = 0.0  # and expand floor (0 = none; depth stays the cap)
     sizing: str = "custom"    # one of SIZINGS; the page starts on "tuned" (CPU) or "paper" (CUDA)
+
+
+def run_budget_s(slot_s: float | None = None) -> float:
+    """Seconds one Generate may decode: EAGLE2_RUN_BUDGET_S, else RUN_BUDGET_S; within a GPU slot of `slot_s`
+    seconds, never more than the slot less SLOT_MARGIN_S (past the slot the platform, not the page, ends it)."""
+    raw = os.environ.get("EAGLE2_RUN_BUDGET_S", "")
+    try:
+        budget = float(raw) if raw.strip() else RUN_BUDGET_S
+    except ValueError:
+        raise ValueError(f"EAGLE2_RUN_BUDGET_S must be a number of seconds, not {raw!r}") from None
+    if not budget > 0:
+        raise ValueError(f"EAGLE2_RUN_BUDGET_S must be positive, not {raw!r}")
+    if slot_s is not None:
+        budget = min(budget, max(slot_s - SLOT_MARGIN_S, slot_s / 2))
+    return budget
 
 
 def tree_choices() -> list[str]:

@@ -8,7 +8,7 @@ import html
 
 import plotly.graph_objects as go
 
-from app_parts.session import TREE_METHODS, Session
+from app_parts.session import MAX_FADED_NODES, TREE_METHODS, Session, session_ttl_s
 from eagle2.methods import LABELS as METHOD_LABELS
 from eagle2.records import ACCEPTED, KEPT, ROOT, Node, StepRecord
 from viz.empty import note_figure
@@ -43,7 +43,7 @@ def tree_view(session: Session, method: str, step: int | None = None, show_prune
         fig = note_figure("Press Generate (or load a trace) to see the draft trees.", f"<b>{LABELS[method]}</b>")
         fig.update_layout(height=TREE_HEIGHT)
         return fig
-    fig = tree_figure(rec, show_pruned=show_pruned)
+    fig = tree_figure(rec, show_pruned=show_pruned, dropped=session.dropped(method, rec.step))
     fig.update_layout(title=dict(text=f"<b>{label(session, method)}</b><br>{fig.layout.title.text}"), height=TREE_HEIGHT,
                       margin=dict(t=60))
     return fig
@@ -111,6 +111,7 @@ def metrics_markdown(session: Session) -> str:
             "Speedup = tokens/s over plain decoding of the same prompt in the same run.")
     if settings and budget["eagle2"] != budget["eagle1"]:
         note += " ⚠ The two trees did not share a node budget, so their τ is not a like-for-like comparison."
+    note += _limits_note(session)
     if "vanilla" not in runs:
         note += " Plain decoding has not run (yet), so there is no speedup."
     for r in rows:
@@ -118,6 +119,26 @@ def metrics_markdown(session: Session) -> str:
             note += (f" {label(session, r['method'])} accepted {r['lookup_accepted']} tokens that only its "
                      "prompt-lookup branch proposed.")
     return "\n".join(lines) + "\n\n" + note
+
+
+def _limits_note(session: Session) -> str:
+    """What the page's bounds did to this run: methods the time limit cut, steps whose pruned nodes were dropped."""
+    note = ""
+    limit = session.meta.get("budget")
+    if isinstance(limit, dict) and limit.get("cut"):
+        cut = ", ".join(f"{label(session, m)} after {s:g} s" for m, s in limit["cut"].items() if m in LABELS)
+        note += (f" ⏱ The time limit ({limit.get('seconds', '?')} s a Generate, shared between the methods) ended "
+                 f"{cut}: its output is kept, and its tokens/s counts only the tokens it made.")
+    dropped = session.meta.get("dropped")
+    if isinstance(dropped, dict):
+        for m in TREE_METHODS:
+            steps = sorted(int(k) for k in (dropped.get(m) or {}) if str(k).isdigit())
+            if steps:
+                nodes = sum(session.dropped(m, k) for k in steps)
+                note += (f" To bound memory, {label(session, m)} steps {steps[0]}-{steps[-1]} keep their verified "
+                         f"trees only ({nodes:,} pruned nodes not kept; the newest steps keep theirs). The text, "
+                         "metrics and analysis are unchanged.")
+    return note
 
 
 def analysis_views(session: Session) -> tuple[go.Figure, ...]:
@@ -135,13 +156,27 @@ def analysis_views(session: Session) -> tuple[go.Figure, ...]:
     return calibration_figure(runs), heat[0], heat[1], accept_length_figure(runs), size, costs
 
 
-def step_caption(rec: StepRecord | None) -> str:
-    """A one-line summary of a step: what was drafted, accepted, and the phase times."""
+def step_caption(rec: StepRecord | None, dropped: int = 0) -> str:
+    """A one-line summary of a step: what was drafted, accepted, and the phase times. `dropped`: pruned nodes
+    the session did not keep for this step (they are counted as drafted, and the caption says so)."""
     if rec is None:
         return ""
     if rec.step == 0:
         return f"Step 0 is the prefill: the target read the prompt and produced one token ({rec.verify_ms:.0f} ms)."
-    drafted, verified = len(rec.nodes) - 1, len(rec.verified) - 1
+    drafted, verified = len(rec.nodes) - 1 + dropped, len(rec.verified) - 1
+    gone = (f" · its {dropped} pruned nodes were not kept (a session keeps {MAX_FADED_NODES:,}, the newest steps')"
+            if dropped else "")
     return (f"Step {rec.step}: {drafted} drafted, {verified} verified, {len(rec.accepted)} accepted + bonus "
             f"→ {len(rec.new_tokens)} new tokens · draft {rec.draft_ms:.0f} ms, verify {rec.verify_ms:.0f} ms, "
-            f"commit {rec.commit_ms:.0f} ms")
+            f"commit {rec.commit_ms:.0f} ms{gone}")
+
+
+def session_caption(session: Session, method: str, step: int | None = None) -> str:
+    """`step_caption` for a session's step (the latest when None), saying what the session did not keep."""
+    rec = session.record(method, step)
+    if rec is None and not any(session.runs.values()):
+        ttl = session_ttl_s()
+        idle = f"{ttl / 60:.0f} minutes" if ttl >= 120 else f"{ttl:.0f} s"
+        return ("No run to show: press Generate or load a trace. A session is freed when its page closes or after "
+                f"{idle} without use.")
+    return step_caption(rec, session.dropped(method, rec.step) if rec else 0)

@@ -220,3 +220,36 @@ def test_the_workload_tab_diagnoses_an_uploaded_file(page, tmp_path):
     summary = page.locator("#wl-summary").inner_text()
     assert "prompt 1 (qa)" in summary and "prompt 2 (math)" in summary and "passed" in summary
     page.get_by_role("tab", name="One prompt, step by step").click()
+
+
+def test_stop_while_waiting_leaves_the_queue_without_decoding(page):
+    """A second visitor presses Generate while the first one's long run decodes: their page shows its place in
+    the queue; Stop takes them out, and when the model is free their run ends at once, having decoded nothing."""
+    from app_parts.presets import page_token_limit
+
+    url = page.url.split("?")[0]
+    contexts = [page.context.browser.new_context(viewport={"width": 1280, "height": 900}) for _ in range(2)]
+    try:
+        first, second = (ctx.new_page() for ctx in contexts)
+        for pg in (first, second):
+            pg.set_default_timeout(60_000)
+            pg.goto(url)
+            pg.wait_for_selector("#prompt textarea")
+        _generate(first, "Tell me a long story about a dragon.", page_token_limit(), plain=False)
+        _wait_status(first, "Decoding")
+        _generate(second, "Say hello.", 8, plain=False)
+        # while a run waits, the status line carries Gradio's "queue: place/size | elapsed/estimate" before its text
+        second.wait_for_function("() => (document.querySelector('#status')?.innerText || '')"
+                                 ".includes('Waiting for the model')")
+        second.wait_for_function("() => [...document.querySelectorAll('.progress-text')]"
+                                 ".some(e => e.innerText.includes('queue: 1/1'))")
+        second.click("#stop")
+        second.wait_for_function("() => (document.querySelector('#status')?.innerText || '')"
+                                 ".includes('Taken out of the queue')")
+        first.click("#stop")
+        _wait_status(first, "Stopped. Kept what was produced")
+        _wait_status(second, "Stopped before it started")
+        assert "no output yet" in second.locator("#text-eagle2").inner_text()
+    finally:
+        for ctx in contexts:
+            ctx.close()

@@ -157,16 +157,18 @@ def _empty_figure(record: StepRecord, title: str) -> go.Figure:
     return note_figure(note, title, size=15)
 
 
-def _auto_title(record: StepRecord, bonus: bool) -> str:
-    drafted = len(record.nodes) - 1
+def _auto_title(record: StepRecord, bonus: bool, dropped: int = 0) -> str:
+    drafted = len(record.nodes) - 1 + dropped
     verified = len(record.verified) - 1
     plus = " + bonus" if bonus else ""
+    gone = f" ({dropped} pruned not kept)" if dropped else ""
     return (f"{record.method} · step {record.step}: {len(record.accepted)} accepted{plus} "
-            f"· {verified} verified of {drafted} drafted")
+            f"· {verified} verified of {drafted} drafted{gone}")
 
 
-def tree_figure(record: StepRecord, title: str = "", show_pruned: bool = True) -> go.Figure:
-    """Draw one step's draft tree; an empty title gets a one-line summary of the step."""
+def tree_figure(record: StepRecord, title: str = "", show_pruned: bool = True, dropped: int = 0) -> go.Figure:
+    """Draw one step's draft tree; an empty title gets a one-line summary of the step. `dropped`: pruned or
+    never-expanded nodes this record no longer holds (a session bounds its size), counted in the title."""
     bonus = bonus_entry(record)
     if not record.nodes:
         return _empty_figure(record, title or f"{record.method} · step {record.step}")
@@ -212,7 +214,7 @@ def tree_figure(record: StepRecord, title: str = "", show_pruned: bool = True) -
     if bonus is not None:
         fig.add_trace(_bonus_trace(bonus[0], bonus[1], pos[bonus_id]))
 
-    _base_layout(fig, title or _auto_title(record, bonus is not None))
+    _base_layout(fig, title or _auto_title(record, bonus is not None, dropped))
     xs = [p[0] for p in pos.values()]
     low = min(p[1] for p in pos.values())
     fig.update_layout(
