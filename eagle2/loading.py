@@ -160,7 +160,7 @@ DRAFT_DTYPES = ("auto", "float32", "bfloat16", "int8")
 
 
 def draft_dtype_for(draft_dtype: str, target_dtype: torch.dtype, device: torch.device, kernels: str) -> str:
-    """The draft head's weights: "int8" (int8 rows, float32 arithmetic, our row kernel: eagle2/int8.py) or a
+    """The draft head's weights: "int8" (int8 rows, float32 arithmetic, our row kernel: eagle2/cpu/int8.py) or a
     torch dtype's name. `auto`: int8 for a float32 target on a CPU where the row kernel builds and the kernels
     are not PyTorch's; else bfloat16 where the CPU multiplies bf16 in hardware and oneDNN runs; else the
     target's own dtype. Drafting only proposes: the target verifies in its own dtype, so no output changes."""

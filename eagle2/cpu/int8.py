@@ -3,7 +3,7 @@
 Two users. The draft head (`FastLinear` with int8 rows, `loading.load(draft_dtype="int8")`, the default where
 the row kernel builds): drafting only proposes and the target verifies in float32, so the head may read a quarter of its
 float32 bytes without changing an output token; a draft forward is a few rows over weights far larger than
-the caches, so its time is the weight stream. And the greedy argmax (eagle2/argmax.py), which bounds every
+the caches, so its time is the weight stream. And the greedy argmax (eagle2/cpu/argmax.py), which bounds every
 token's float32 logit from the int8 rows and needs each row's largest rounding (`Rows.resid`).
 
 Each row w_t becomes q_t = round(w_t / s_t) with s_t = max|w_t| / 127, so |w_ti - s_t q_ti| <= s_t / 2.

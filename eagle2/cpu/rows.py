@@ -70,12 +70,12 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 def q8_upper(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, slack: torch.Tensor) -> torch.Tensor:
     """(M, K) float32 x and int8 rows q (N, K) with per-row scale and slack (N,) -> (M, N) upper bounds
-    scale_t x.q_t + 2^-22 |that| + |x|_1 slack_t (eagle2/argmax.py); `load()` not None."""
+    scale_t x.q_t + 2^-22 |that| + |x|_1 slack_t (eagle2/cpu/argmax.py); `load()` not None."""
     return load().q8_upper(x, q, scale, slack)
 
 
 def q8_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """float32 x @ (scale[:, None] * q).T (+ bias) for int8 rows q (eagle2/int8.py); `load()` not None."""
+    """float32 x @ (scale[:, None] * q).T (+ bias) for int8 rows q (eagle2/cpu/int8.py); `load()` not None."""
     return load().q8_linear(x, q, scale, bias)
 
 
