@@ -11,13 +11,13 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-import os
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from app_parts.settings import env_seconds
 from eagle2.config import METHODS
 from eagle2.records import PRUNED, SOURCES, UNEXPANDED, StepRecord, Trace
 
@@ -31,14 +31,7 @@ SESSION_TTL_S = 1800.0  # a session unused for this long is freed (EAGLE2_SESSIO
 
 def session_ttl_s() -> float:
     """Seconds a visitor's session is kept without use: EAGLE2_SESSION_TTL_S, else SESSION_TTL_S."""
-    raw = os.environ.get("EAGLE2_SESSION_TTL_S", "")
-    try:
-        ttl = float(raw) if raw.strip() else SESSION_TTL_S
-    except ValueError:
-        raise ValueError(f"EAGLE2_SESSION_TTL_S must be a number of seconds, not {raw!r}") from None
-    if not ttl > 0:
-        raise ValueError(f"EAGLE2_SESSION_TTL_S must be positive, not {raw!r}")
-    return ttl
+    return env_seconds("EAGLE2_SESSION_TTL_S", SESSION_TTL_S)
 
 
 @dataclass

@@ -54,16 +54,22 @@ class RunRequest:
     sizing: str = "custom"    # one of SIZINGS; the page starts on "tuned" (CPU) or "paper" (CUDA)
 
 
+def env_seconds(name: str, default: float) -> float:
+    """A positive number of seconds from the environment variable `name`, else `default`; ValueError naming it."""
+    raw = os.environ.get(name, "")
+    try:
+        seconds = float(raw) if raw.strip() else default
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, not {raw!r}") from None
+    if not seconds > 0:
+        raise ValueError(f"{name} must be positive, not {raw!r}")
+    return seconds
+
+
 def run_budget_s(slot_s: float | None = None) -> float:
     """Seconds one Generate may decode: EAGLE2_RUN_BUDGET_S, else RUN_BUDGET_S; within a GPU slot of `slot_s`
     seconds, never more than the slot less SLOT_MARGIN_S (past the slot the platform, not the page, ends it)."""
-    raw = os.environ.get("EAGLE2_RUN_BUDGET_S", "")
-    try:
-        budget = float(raw) if raw.strip() else RUN_BUDGET_S
-    except ValueError:
-        raise ValueError(f"EAGLE2_RUN_BUDGET_S must be a number of seconds, not {raw!r}") from None
-    if not budget > 0:
-        raise ValueError(f"EAGLE2_RUN_BUDGET_S must be positive, not {raw!r}")
+    budget = env_seconds("EAGLE2_RUN_BUDGET_S", RUN_BUDGET_S)
     if slot_s is not None:
         budget = min(budget, max(slot_s - SLOT_MARGIN_S, slot_s / 2))
     return budget
