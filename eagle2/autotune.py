@@ -27,6 +27,7 @@ from .engine import Decoder, truncate
 from .records import StepRecord
 from .replay import accept_with_floors, replay_runs
 from .rerank import floors
+from .serving import interpolate
 
 SIZES = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 26, 32, 40, 48, 60)
 DEPTHS = (1, 2, 3, 4, 5, 6, 7)
@@ -238,13 +239,6 @@ def _static_options(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, 
     return sorted(opts, key=lambda o: -o.tokens_per_s)
 
 
-def _interpolate(ms: dict[int, float], n: int) -> float:
-    """ms at n (verified rows, or draft levels) from the timed ones: linear between the nearest two, the ends held."""
-    lo = max((k for k in ms if k <= n), default=min(ms))
-    hi = min((k for k in ms if k >= n), default=max(ms))
-    return ms[lo] if hi == lo else ms[lo] + (ms[hi] - ms[lo]) * (n - lo) / (hi - lo)
-
-
 def floor_options(runs: list[list[StepRecord]], verify: dict[int, float], rest: dict[int, float],
                   caps, depths) -> list[Option]:
     """Trees sized per step by confidence, replayed on the warm-up's recorded steps (`accept_with_floors`):
@@ -263,7 +257,7 @@ def floor_options(runs: list[list[StepRecord]], verify: dict[int, float], rest: 
             tau = sum(g[0] for g in got) / len(got)
             k = sum(len(r.accepted) + 1 for r in drafted) / tau  # the steps this tree would take
             tokens, steps = tokens + k * tau, steps + k
-            ms += k * sum(_interpolate(verify, g[1]) + _interpolate(rest, g[2]) for g in got) / len(got)
+            ms += k * sum(interpolate(verify, g[1]) + interpolate(rest, g[2]) for g in got) / len(got)
             rows += k * sum(g[1] for g in got) / len(got)
         if steps:
             out.append(Option(n, d, tokens / steps, ms / steps, p, expand, rows / steps))

@@ -116,15 +116,17 @@ def fastest(taus: dict[tuple[int, int, int], float], cost, unit: str, margin: fl
     return max((p for p in near if p.shape.num_draft_tokens == fewest), key=lambda p: p.speed)
 
 
+def interpolate(ms: dict[int, float], n: int) -> float:
+    """ms at n (verified rows, or draft levels) from the timed ones: linear between the nearest two, the ends held."""
+    lo = max((k for k in ms if k <= n), default=min(ms))
+    hi = min((k for k in ms if k >= n), default=max(ms))
+    return ms[lo] if hi == lo else ms[lo] + (ms[hi] - ms[lo]) * (n - lo) / (hi - lo)
+
+
 def cpu_cost(verify_ms: dict[int, float], draft_ms: dict[int, float]):
     """A step's ms on this machine: verifying its rows (interpolated between the timed sizes) plus the rest of a
     step at its depth (drafting, commit), both as the tuner measures them."""
-    def interp(ms: dict[int, float], x: int) -> float:
-        lo = max((k for k in ms if k <= x), default=min(ms))
-        hi = min((k for k in ms if k >= x), default=max(ms))
-        return ms[lo] if hi == lo else ms[lo] + (ms[hi] - ms[lo]) * (x - lo) / (hi - lo)
-
-    return lambda s: interp(verify_ms, s.num_draft_tokens) + interp(draft_ms, s.steps)
+    return lambda s: interpolate(verify_ms, s.num_draft_tokens) + interpolate(draft_ms, s.steps)
 
 
 def gpu_cost(flat_rows: int, draft_per_level: float):

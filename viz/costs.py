@@ -11,6 +11,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from eagle2.records import StepRecord
+from eagle2.serving import interpolate
 from viz.colours import colour
 from viz.empty import note_figure
 
@@ -19,21 +20,15 @@ WHY = ("On a CPU every verified row adds to a forward's cost, so small trees pay
        "rows costs about what one row does, so the paper's large trees win there.")
 
 
-def _interpolate(ms: dict[int, float], n: int) -> float:
-    lo = max((k for k in ms if k <= n), default=min(ms))
-    hi = min((k for k in ms if k >= n), default=max(ms))
-    return ms[lo] if hi == lo else ms[lo] + (ms[hi] - ms[lo]) * (n - lo) / (hi - lo)
-
-
 def break_even(costs: dict, depth: int, max_nodes: int) -> list[dict]:
     """Rows {nodes, verify_ms, draft_ms, tau} for 2..max_nodes: the accept length a tree of that many nodes
     (root included) and `depth` levels needs to match plain decoding's tokens/s on the measured machine."""
     verify = {int(k): float(v) for k, v in costs["verify_ms"].items()}
     rest = {int(k): float(v) for k, v in costs["rest_ms"].items()}
-    draft = _interpolate(rest, depth)
+    draft = interpolate(rest, depth)
     plain = verify[1]
-    return [{"nodes": n, "verify_ms": _interpolate(verify, n), "draft_ms": draft,
-             "tau": (_interpolate(verify, n) + draft) / plain} for n in range(2, max_nodes + 1)]
+    return [{"nodes": n, "verify_ms": interpolate(verify, n), "draft_ms": draft,
+             "tau": (interpolate(verify, n) + draft) / plain} for n in range(2, max_nodes + 1)]
 
 
 def _run_point(records: list[StepRecord]) -> tuple[float, float] | None:
