@@ -111,6 +111,10 @@ class Decoder:
         self.eos = set(eos if isinstance(eos, (list, set, tuple)) else [eos]) - {None}
         vocab = getattr(head, "draft_vocab", None)  # the draft may score a frequent subset (the target verifies all)
         self.draft_ids = None if vocab is None else vocab.to(self.device)
+        # an EAGLE-3 head reads three of the target's layers and scores its own lm_head rows after its own norm
+        self.feature_layers = getattr(head, "feature_layers", None)
+        own_rows = getattr(head, "vocab_rows", None)
+        self.own_rows = None if own_rows is None else own_rows.to(self.device)
         self.head_dtype = getattr(head, "dtype", self.dtype)
         self._linear = draft_linear or (lambda w: (lambda x, w=w: torch.nn.functional.linear(x.to(w.dtype), w)))
         self.greedy_tokens = greedy or (lambda h: self.lm_head(h).argmax(dim=-1).tolist())
@@ -125,10 +129,24 @@ class Decoder:
         if n not in self._rows:
             ids = self.draft_ids[:n] if self.draft_ids is not None else (
                 torch.arange(n, device=self.device) if n < full else None)
-            w = self.lm_head.weight if ids is None else self.lm_head.weight.index_select(0, ids)
             col = {} if ids is None else {t: j for j, t in enumerate(ids.tolist())}
-            self._rows[n] = DraftRows(ids=ids, col=col, logits=self._linear(w.detach().to(self.head_dtype)))
+            if self.own_rows is not None:  # EAGLE-3: the head's own rows, after its final norm
+                w = self.head.lm_head.weight.index_select(0, self.own_rows[:n])
+                linear, norm = self._linear(w.detach().to(self.head_dtype)), self.head.norm
+                self._rows[n] = DraftRows(ids=ids, col=col, logits=lambda x, f=linear, g=norm: f(g(x)))
+            else:
+                w = self.lm_head.weight if ids is None else self.lm_head.weight.index_select(0, ids)
+                self._rows[n] = DraftRows(ids=ids, col=col, logits=self._linear(w.detach().to(self.head_dtype)))
         return self._rows[n]
+
+    def forward(self, **inputs) -> tuple[torch.Tensor, torch.Tensor]:
+        """One pass of the target's body -> its post-norm features (B, T, H) and the head's input features from
+        the same pass: those again for an EAGLE-1/2 head, three layers' hidden states (B, T, 3H) for EAGLE-3."""
+        if self.feature_layers is None:
+            h = self.body(**inputs).last_hidden_state
+            return h, h
+        out = self.body(**inputs, output_hidden_states=True)
+        return out.last_hidden_state, self.head.target_features(out.hidden_states)
 
     def sync(self) -> float:
         """A timestamp after the device has finished its queued work."""
@@ -141,10 +159,10 @@ class Decoder:
         t0 = self.sync()
         ids = torch.tensor([prompt_ids], device=self.device)
         cache = new_cache(self.target.config)
-        h = self.body(input_ids=ids, cache=cache, use_cache=True).last_hidden_state  # (1, P, H)
+        h, feats = self.forward(input_ids=ids, cache=cache, use_cache=True)  # (1, P, H), (1, P, H or 3H)
         first = (self.greedy_tokens(h[0, -1:])[0] if cfg.greedy
                  else sample_token(self.lm_head(h[0, -1]), cfg.temperature, cfg.top_p, gen))
-        st = _State(target_cache=cache, head_cache=new_cache(self.head.config), head_len=0, pend_feats=h,
+        st = _State(target_cache=cache, head_cache=new_cache(self.head.config), head_len=0, pend_feats=feats,
                     pend_tokens=torch.tensor([prompt_ids[1:] + [first]], device=self.device), root=first,
                     history=list(prompt_ids) + [first], rows=self.draft_rows(cfg.draft_tokens), produced=1)
         rec = StepRecord(step=0, method=cfg.method, prefix_len=len(prompt_ids), nodes=(), accepted=(),
@@ -164,11 +182,13 @@ class Decoder:
         truncate(st.head_cache, st.head_len)
         return tree
 
-    def verify(self, cache: DynamicCache, parents: list[int], tokens: list[int]) -> torch.Tensor:
-        """One target forward over a whole tree on top of `cache` -> post-norm features (N, H)."""
+    def verify(self, cache: DynamicCache, parents: list[int], tokens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One target forward over a whole tree on top of `cache` -> post-norm features (N, H) and the head's
+        input features (N, H or 3H; see `forward`)."""
         ti = tree_inputs(parents, cache.get_seq_length(), self.dtype, self.device)
-        return self.body(input_ids=torch.tensor([tokens], device=self.device), attention_mask=ti.mask,
-                         position_ids=ti.position_ids, cache=cache, use_cache=True).last_hidden_state[0]
+        h, feats = self.forward(input_ids=torch.tensor([tokens], device=self.device), attention_mask=ti.mask,
+                                position_ids=ti.position_ids, cache=cache, use_cache=True)
+        return h[0], feats[0]
 
     def accept(self, parents: list[int], tokens: list[int], h: torch.Tensor, cfg: DecodeConfig, gen) -> Decision:
         """The path the target keeps and its bonus token (verify.py: greedy, or sibling-wise rejection sampling)."""
@@ -176,11 +196,12 @@ class Decoder:
             return accept_greedy(parents, tokens, self.greedy_tokens(h))
         return accept_sampling(parents, tokens, self.lm_head(h), cfg.temperature, cfg.top_p, gen)
 
-    def commit(self, st: _State, path: list[int], tokens: list[int], bonus: int, h: torch.Tensor, past: int) -> None:
-        """Keep prefix + root + accepted path in the target cache; queue the new pairs for the head."""
+    def commit(self, st: _State, path: list[int], tokens: list[int], bonus: int, feats: torch.Tensor,
+               past: int) -> None:
+        """Keep prefix + root + accepted path in the target cache; queue the new pairs (head features) for the head."""
         rows = torch.tensor([0] + path, device=self.device)
         keep_positions(st.target_cache, past, past + rows)
-        st.pend_feats = h.index_select(0, rows)[None]
+        st.pend_feats = feats.index_select(0, rows)[None]
         st.pend_tokens = torch.tensor([[tokens[i] for i in path] + [bonus]], device=self.device)
         st.root = bonus
 
@@ -214,10 +235,10 @@ class Decoder:
             kept, parents, tokens = tree.verified()
             t1 = self.sync()
             past = st.target_cache.get_seq_length()
-            h = self.verify(st.target_cache, parents, tokens)
+            h, feats = self.verify(st.target_cache, parents, tokens)
             dec = self.accept(parents, tokens, h, cfg, gen)
             t2 = self.sync()
-            self.commit(st, dec.accepted, tokens, dec.bonus, h, past)
+            self.commit(st, dec.accepted, tokens, dec.bonus, feats, past)
             new, sources = [tokens[i] for i in dec.accepted] + [dec.bonus], ["draft"] * len(dec.accepted) + ["target"]
             stop = next((j for j, t in enumerate(new) if t in self.eos or st.produced + j + 1 >= cfg.max_new_tokens),
                         None)  # cut exactly where plain decoding would stop

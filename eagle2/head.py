@@ -16,6 +16,7 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
+from . import head3
 from .config import LIMITS
 
 DRAFT_VOCAB = "draft_vocab.safetensors"
@@ -26,6 +27,8 @@ CONFIG_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_
 
 class DraftHead(nn.Module):
     """Predicts the target's next feature from (next token, current feature)."""
+
+    kind = "eagle1"
 
     def __init__(self, config: LlamaConfig, bias: bool = True):
         super().__init__()
@@ -102,7 +105,8 @@ def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
 
 
 def load_head(directory: str | Path, target) -> DraftHead:
-    """Load an official-layout EAGLE-1/2 head; refuse one that does not fit `target`."""
+    """Load an official-layout EAGLE-1/2 or EAGLE-3 head (told apart by its config and weight names); refuse
+    one that does not fit `target`."""
     directory = Path(directory)
     cfg_path = directory / "config.json"
     if not cfg_path.exists():
@@ -113,6 +117,8 @@ def load_head(directory: str | Path, target) -> DraftHead:
     except (json.JSONDecodeError, OSError, RuntimeError, ValueError, SafetensorError, EOFError) as e:
         raise ValueError(f"draft head in {directory} is unreadable: {e}") from None
     tc = target.config
+    if head3.is_eagle3(cfg, set(weights)):
+        return _load_eagle3(directory, cfg, weights, target)
     for key in ("hidden_size", "vocab_size"):
         if cfg.get(key) != getattr(tc, key):
             raise ValueError(f"draft head does not fit the target: head {key}={cfg.get(key)}, "
@@ -132,6 +138,31 @@ def load_head(directory: str | Path, target) -> DraftHead:
     head.draft_vocab = _read_draft_vocab(directory, tc.vocab_size)
     head.source = str(directory)
     return head.to(dtype=target.dtype, device=target.device).eval().requires_grad_(False)
+
+
+def _load_eagle3(directory: Path, cfg: dict, weights: dict, target) -> head3.Eagle3Head:
+    """An official-layout EAGLE-3 head; refuse one that does not fit `target`."""
+    tc = target.config
+    fits = {"vocab_size": (cfg.get("vocab_size"), tc.vocab_size),
+            "target_hidden_size": (cfg.get("target_hidden_size") or cfg.get("hidden_size"), tc.hidden_size)}
+    for key, (mine, theirs) in fits.items():
+        if mine != theirs:
+            raise ValueError(f"EAGLE-3 head does not fit the target: head {key}={mine}, target has {theirs}")
+    head = head3.build(cfg, _to_llama_config(cfg), tc)
+    head3.from_weights(head, weights, str(directory))
+    if head.embed_tokens is None:
+        head.embed_tokens = target.get_input_embeddings()
+    ids = head.token_ids()
+    if int(ids.min()) < 0 or int(ids.max()) >= tc.vocab_size or ids.unique().numel() != ids.numel():
+        raise ValueError(f"EAGLE-3 head in {directory}: d2t maps outside the target's vocabulary or twice")
+    head.set_vocab_order(_read_draft_vocab(directory, tc.vocab_size))
+    head.source = str(directory)
+    return head.to(dtype=target.dtype, device=target.device).eval().requires_grad_(False)
+
+
+def head_kind(head) -> str:
+    """"eagle3" or "eagle1" (the EAGLE-1/2 head: one layout for both papers)."""
+    return getattr(head, "kind", "eagle1")
 
 
 def _read_draft_vocab(directory: Path, vocab_size: int) -> torch.Tensor | None:
