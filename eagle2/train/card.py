@@ -133,3 +133,65 @@ Not measured by `train`. Measure it with
 ```
 """
     (out / "README.md").write_text(card)
+
+
+def write_card3(out: Path, report: dict) -> None:
+    """README.md for an EAGLE-3 head from `train eagle3` (same sections as the EAGLE-1/2 card)."""
+    cfg, h = report.get("config", {}), report.get("heldout", {})
+    steps = sorted(k for k in h if k.startswith("step"))
+    front = FRONT_MATTER.replace("- eagle-2\n", "- eagle-2\n- eagle-3\n")
+    card = front + f"""
+# EAGLE-3 draft head for SmolLM2-135M-Instruct
+
+A one-layer EAGLE-3 draft head for speculative decoding, trained with eagle2-viz (`python -m eagle2 train
+eagle3`). It fuses the target's hidden states entering layers {", ".join(map(str, report.get("feature_layers", [])))}
+(fc 3H -> H), reads them with the next token, and proposes tokens through its own norm and `lm_head` over a
+{report.get("vocab", "?"):,}-token draft vocabulary (d2t maps it to the target's); the target verifies every proposal.
+
+- Layout of the official EAGLE-3 checkpoints: `config.json` (`LlamaForCausalLMEagle3`, `draft_vocab_size`) +
+  `model.safetensors` (float16: `fc`, `midlayer.*`, `norm`, `lm_head`, `d2t`, `t2d`; no `embed_tokens`).
+  `draft_vocab.safetensors` (this project's) lists the draft vocabulary most frequent first.
+  Load with `eagle2.head.load_head(dir, target)` or `--head DIR`.
+
+## Training data and licences
+
+- Prompts: the files given to `train eagle3` ({report.get("prompts", 0) - report.get("own_prompts", 0):,}
+  prompts; the shipped head used a 5,000-row subset of Stanford Alpaca, **CC BY-NC 4.0**, so it is for
+  non-commercial use and this card carries that licence) and {report.get("own_prompts", 0):,} prompts the
+  target wrote itself (Magpie's pre-query trick; none shares a 6-word sequence with MT-bench).
+- Answers: the target's own greedy answers with its chat template, at most {report.get("max_new_tokens", "?")}
+  new tokens: {report.get("prompts", 0):,} sequences, {report.get("answer_tokens", 0):,} answer tokens.
+- Held out: every {cfg.get("heldout_every", "?")}-th sequence ({report.get("heldout_sequences", "?")} sequences,
+  {h.get("positions", "?")} positions), never trained on.
+
+## Training
+
+| | |
+| --- | --- |
+| loss | training-time test: the head unrolled {cfg.get("steps", "?")} steps on its own outputs, soft cross-entropy against the target's distribution over the draft vocabulary at each, weight {cfg.get("step_decay", "?")}^k; no feature regression |
+| optimiser | AdamW, peak lr {cfg.get("lr", "?")}, warm-up + cosine, grad clip {cfg.get("grad_clip", "?")}, about {cfg.get("batch_tokens", "?")} tokens a step |
+| schedule | {report.get("steps", "?")} of {report.get("total_steps", "?")} steps |
+| wall time | {report.get("minutes", "?")} min in all (data and training), {report.get("seconds", 0) / 60:.1f} min of training |
+| hardware | {report.get("hardware", hardware())} |
+
+## Held-out agreement
+
+How often the head's top-1 is the target's greedy token, at each unrolled step (step k: the head fed its own
+outputs k times, as a depth-(k+1) draft node is).
+
+| {" | ".join(steps)} |
+| {" | ".join("---" for _ in steps)} |
+| {" | ".join(f"{h[k]:.3f}" for k in steps)} |
+
+## Accept length
+
+Not measured by `train`. Measure it with
+`python -m eagle2 bench --prompts assets/bench/mt_bench.jsonl --methods eagle1,eagle2 --head DIR`.
+
+## How to reproduce
+
+```
+{_command()}
+```
+"""
+    (out / "README.md").write_text(card)

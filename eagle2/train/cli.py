@@ -1,4 +1,5 @@
-"""Command line for draft-head training: `train instructions`, `generate`, `fit`, `evaluate`, `export`.
+"""Command line for draft-head training: `train instructions`, `generate`, `fit`, `evaluate`, `export`, and
+`eagle3` (an EAGLE-3 head end to end, pipeline3.py).
 
     python -m eagle2 train instructions --count 2000 --exclude assets/bench/mt_bench.jsonl --out data/own_prompts.jsonl
     python -m eagle2 train generate --prompts data/own_prompts.jsonl --out data/selfdistill
@@ -195,6 +196,16 @@ def _export(target, ckpt_dir: str, data_dir: str | list, out: str, report: dict)
     print(f"head saved to {out}")
 
 
+def cmd_eagle3(args: argparse.Namespace) -> None:
+    """Train an EAGLE-3 head end to end (pipeline3.py)."""
+    from .pipeline3 import run
+
+    if args.device != "cpu" and torch.cuda.is_available():
+        torch.backends.cuda.matmul.allow_tf32 = True
+    target, tok = _load_target(args)
+    run(args, target, tok)
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register `train` and its sub-commands on a parent parser's subparsers."""
     p = subparsers.add_parser("train", help="self-distillation data and draft-head training")
@@ -248,6 +259,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="words each request starts with, round robin (e.g. Write Solve Pretend; '' leaves a row "
                         "to the model); without it the model starts every request itself")
     s.set_defaults(func=cmd_instructions)
+
+    from .pipeline3 import add_arguments as eagle3_arguments
+    e = sub.add_parser("eagle3", parents=[common, writing], help="an EAGLE-3 head: prompts -> the target's answers -> training "
+                       "(training-time test) -> the head, resumable, within --minutes")
+    eagle3_arguments(e)
+    e.set_defaults(func=cmd_eagle3)
 
     for name, fn, helptext in (("fit", cmd_fit, "train the head"), ("evaluate", cmd_evaluate, "held-out agreement"),
                                ("export", cmd_export, "save the head in the official layout")):
