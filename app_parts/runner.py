@@ -193,7 +193,7 @@ def _generate(req: RunRequest, get_bundle: Callable[[ModelPreset], Bundle], show
         yield Update(session=None, status=f"⚠ {e}", error=str(e))
         return
     session = Session(source="live")
-    session.meta = {"model": bundle.model_name, "head": repo_relative(bundle.head_name),
+    session.meta = {"model": bundle.model_name, "head": repo_relative(bundle.head_name), "head_kind": bundle.head_kind,
                     "device": repo_relative(bundle.describe()),
                     "preset": preset.name, "prompt": req.prompt, "prompt_tokens": len(ids),
                     "settings": settings_meta(cfgs, req), "created": time.strftime("%Y-%m-%d %H:%M:%S")}

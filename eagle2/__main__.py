@@ -31,7 +31,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
     res = run(bundle, args.prompt, cfg, raw=args.raw)
     if args.json:
         out = res.to_json()
-        out.update(model=bundle.model_name, head=bundle.head_name, device=bundle.describe(),
+        out.update(model=bundle.model_name, head=bundle.head_name, head_kind=bundle.head_kind, device=bundle.describe(),
                    settings=settings_of(cfg))
         if tuned:
             out["tuned"] = tuned

@@ -217,7 +217,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
         print(note, file=sys.stderr)
     res = run_bench(bundle, prompts, methods, lambda m: config_for(m, shared), args.max_new_tokens,
                     progress=lambda s: print(s, file=sys.stderr))
-    res.update(device=bundle.describe(), settings={k: v for k, v in vars(args).items() if k != "func"},
+    res.update(device=bundle.describe(), head=bundle.head_name, head_kind=bundle.head_kind, settings={k: v for k, v in vars(args).items() if k != "func"},
                comparison="each method at its own tuned best on this machine" if auto else
                "the node budget given (EAGLE-1's tree cut to it)" if args.tree is None else "the settings given")
     if tuned:

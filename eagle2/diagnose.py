@@ -70,7 +70,8 @@ def _position(steps: list[wl.Step]) -> dict:
 
 
 def recommend(runs, verify_ms: dict[int, float] | None, draft_ms: dict[int, float] | None,
-              gpu_rows: int = GPU_ROWS, gpu_draft: float = GPU_DRAFT, head: str = "DRAFT_MODEL_PATH") -> dict:
+              gpu_rows: int = GPU_ROWS, gpu_draft: float = GPU_DRAFT, head: str = "DRAFT_MODEL_PATH",
+              head_kind: str = "eagle1") -> dict:
     """The fastest shape for this machine (when its costs were measured) and for the GPU profile, with the
     GPU pick as each engine's settings (vLLM: the best chain, since it drafts chains)."""
     taus: dict[tuple[int, int, int], float] = {}
@@ -91,15 +92,16 @@ def recommend(runs, verify_ms: dict[int, float] | None, draft_ms: dict[int, floa
     gpu = fastest(taus, gcost, "target forwards")
     best_chain = fastest({k: v for k, v in taus.items() if k[2] == 1}, gcost, "target forwards")
     out["gpu"] = {**gpu.to_dict(), "speedup_estimate": round(gpu.speed, 3)}
-    out["sglang"] = sglang_flags(gpu.shape, head)
-    out["vllm"] = {**vllm_config(best_chain.shape, head), "predicted_tau": round(best_chain.tau, 4)}
-    out["tensorrt_llm"] = tensorrt_llm_config(gpu.shape, head)
+    out["sglang"] = sglang_flags(gpu.shape, head, head_kind)
+    out["vllm"] = {**vllm_config(best_chain.shape, head, head_kind), "predicted_tau": round(best_chain.tau, 4)}
+    out["tensorrt_llm"] = tensorrt_llm_config(gpu.shape, head, head_kind)
     out["assumed"] = ASSUMED
     return out
 
 
 def report(prompts: list[dict], decodes: list[list], verify_ms=None, draft_ms=None, gpu_rows: int = GPU_ROWS,
-           gpu_draft: float = GPU_DRAFT, head: str = "DRAFT_MODEL_PATH", interrupted: bool = False) -> dict:
+           gpu_draft: float = GPU_DRAFT, head: str = "DRAFT_MODEL_PATH", interrupted: bool = False,
+           head_kind: str = "eagle1") -> dict:
     """The JSON report from each prompt's row ({"id", "category"}) and its recorded decode (StepRecords)."""
     steps = [wl.steps_of(recs) for recs in decodes]
     runs = [(s, wl.curves(s, top_ks=TOP_KS)) for s in steps]
@@ -117,7 +119,7 @@ def report(prompts: list[dict], decodes: list[list], verify_ms=None, draft_ms=No
             "per_prompt": per_prompt, "by_category": by_category,
             "overall": {"tau": _tau_tables(runs), "recorded": _recorded(steps)} if runs else {},
             "position": _position(all_steps),
-            "recommended": recommend(runs, verify_ms, draft_ms, gpu_rows, gpu_draft, head) if all_steps else {},
+            "recommended": recommend(runs, verify_ms, draft_ms, gpu_rows, gpu_draft, head, head_kind) if all_steps else {},
             "conformance": wl.conformance(all_steps)}
 
 
@@ -163,8 +165,9 @@ def cmd_diagnose(args: argparse.Namespace) -> None:
     if not decodes:
         raise RuntimeError("interrupted before any prompt was decoded")
     out = report(prompts, decodes, verify_ms, draft_ms, args.gpu_rows, args.gpu_draft_cost,
-                 args.head or "DRAFT_MODEL_PATH", interrupted)
-    out.update(model=bundle.model_name, head=bundle.head_name, device=bundle.describe(), prompts_file=str(args.prompts))
+                 args.head or "DRAFT_MODEL_PATH", interrupted, bundle.head_kind)
+    out.update(model=bundle.model_name, head=bundle.head_name, head_kind=bundle.head_kind, device=bundle.describe(),
+               prompts_file=str(args.prompts))
     write(out, args.json, args.html)
     rec = out["recommended"]
     print(f"SGLang: {rec['sglang']}")

@@ -25,6 +25,7 @@ DEFAULT_HEAD = Path(__file__).resolve().parent.parent / "assets" / "smollm2-135m
 
 
 DTYPES = ("float32", "bfloat16", "float16")
+HEAD_LABELS = {"eagle1": "EAGLE-1/2", "eagle3": "EAGLE-3"}  # head layouts, as the describe line names them
 
 
 def pick_device(device: str = "auto", dtype: str = "float32") -> tuple[torch.device, torch.dtype]:
@@ -108,12 +109,18 @@ class Bundle:
     draft_linear: Callable | None = None  # the layer scoring the draft's lm_head rows (eagle2/cpu), or None
     greedy: Callable | None = None        # the target's exact argmax by bounds (eagle2/cpu/argmax.py), or None
 
+    @property
+    def head_kind(self) -> str:
+        """"eagle3" for an EAGLE-3 head, "eagle1" for the EAGLE-1/2 layout (both papers' heads)."""
+        return getattr(self.head, "kind", "eagle1")
+
     def describe(self) -> str:
         vocab = getattr(self.head, "draft_vocab", None)
         drafts = "" if vocab is None else f" (drafts over its {len(vocab):,} most frequent tokens)"
         dtype = str(self.dtype).removeprefix("torch.")
         draft = "" if self.draft_dtype in ("", dtype) else f", draft {self.draft_dtype}"
-        return f"model {self.model_name} | head {self.head_name}{drafts} | {self.device.type} {dtype}{draft} | {self.kernels}"
+        kind = HEAD_LABELS[self.head_kind]
+        return f"model {self.model_name} | head {kind} {self.head_name}{drafts} | {self.device.type} {dtype}{draft} | {self.kernels}"
 
 
 def load_target(model: str, device: torch.device, dtype: torch.dtype):

@@ -46,23 +46,27 @@ def check_sglang(s: Shape) -> None:
                               f"= {s.capacity}, not {s.num_draft_tokens - 1}")
 
 
-def sglang_flags(s: Shape, head: str = "DRAFT_MODEL_PATH") -> str:
+ALGORITHMS = {"eagle1": ("EAGLE", "eagle", "Eagle"), "eagle3": ("EAGLE3", "eagle3", "Eagle3")}  # sglang, vllm, trt
+
+
+def sglang_flags(s: Shape, head: str = "DRAFT_MODEL_PATH", kind: str = "eagle1") -> str:
+    """SGLang's launch flags for a shape; `kind` is the head's ("eagle1": EAGLE-1/2 layout, or "eagle3")."""
     check_sglang(s)
-    return (f"--speculative-algorithm EAGLE --speculative-draft-model-path {head} --speculative-num-steps {s.steps} "
+    return (f"--speculative-algorithm {ALGORITHMS[kind][0]} --speculative-draft-model-path {head} --speculative-num-steps {s.steps} "
             f"--speculative-eagle-topk {s.topk} --speculative-num-draft-tokens {s.num_draft_tokens}")
 
 
-def vllm_config(s: Shape, head: str = "DRAFT_MODEL_PATH") -> dict:
+def vllm_config(s: Shape, head: str = "DRAFT_MODEL_PATH", kind: str = "eagle1") -> dict:
     """vLLM's `speculative_config` for EAGLE: a chain of `num_speculative_tokens` draft tokens."""
     if s.topk != 1:
         raise ConstraintError("vllm: speculative_config drafts a chain (num_speculative_tokens); a shape with "
                               f"topk {s.topk} > 1 has no equivalent there: recommend a chain for vLLM")
     if s.steps < 1 or s.num_draft_tokens != s.steps + 1:
         raise ConstraintError("vllm: num_speculative_tokens must be at least 1 and a chain verifies it plus the root")
-    return {"method": "eagle", "model": head, "num_speculative_tokens": s.steps}
+    return {"method": ALGORITHMS[kind][1], "model": head, "num_speculative_tokens": s.steps}
 
 
-def tensorrt_llm_config(s: Shape, head: str = "DRAFT_MODEL_PATH") -> dict:
+def tensorrt_llm_config(s: Shape, head: str = "DRAFT_MODEL_PATH", kind: str = "eagle1") -> dict:
     """TensorRT-LLM's EagleDecodingConfig options for a dynamic tree (see ASSUMED)."""
     if s.steps < 1 or s.topk < 1:
         raise ConstraintError("tensorrt_llm: max_draft_len and dynamic_tree_max_topK must be at least 1")
@@ -73,7 +77,7 @@ def tensorrt_llm_config(s: Shape, head: str = "DRAFT_MODEL_PATH") -> dict:
     if drafts > s.capacity:
         raise ConstraintError(f"tensorrt_llm: max_total_draft_tokens ({drafts}) must be <= dynamic_tree_max_topK + "
                               f"(max_draft_len - 1) * dynamic_tree_max_topK^2 = {s.capacity}")
-    return {"decoding_type": "Eagle", "speculative_model": head, "max_draft_len": s.steps,
+    return {"decoding_type": ALGORITHMS[kind][2], "speculative_model": head, "max_draft_len": s.steps,
             "max_total_draft_tokens": drafts, "use_dynamic_tree": True, "dynamic_tree_max_topK": s.topk}
 
 

@@ -75,7 +75,8 @@ def _fake_decoding(monkeypatch, clock: FakeClock, step_s: dict[str, float]) -> t
         def check_prompt(self, ids, cfg):
             return None
 
-    bundle = SimpleNamespace(tokenizer=None, model_name="fake", head_name="fake head", describe=lambda: "fake, cpu")
+    bundle = SimpleNamespace(tokenizer=None, model_name="fake", head_name="fake head", head_kind="eagle1",
+                             describe=lambda: "fake, cpu")
     monkeypatch.setattr(runner, "encode_prompt", lambda tok, text: [1, 2, 3])
     monkeypatch.setattr(runner, "decoder_for", lambda b: FakeDecoder())
     monkeypatch.setattr(runner, "stream", stream)

@@ -150,3 +150,17 @@ def test_the_draft_is_the_eagle3_heads():
     got = sorted(((n.token, n.prob) for n in recs[1].nodes if n.depth == 1), key=lambda x: -x[1])
     assert [t for t, _ in got] == [t for t, _ in want]
     assert all(abs(a - b) < 1e-5 for (_, a), (_, b) in zip(got, want))
+
+
+def test_serving_settings_and_describe_line_name_the_head_kind():
+    from eagle2.loading import Bundle
+    from eagle2.serving import Shape, sglang_flags, tensorrt_llm_config, vllm_config
+
+    assert "--speculative-algorithm EAGLE3 " in sglang_flags(Shape(3, 4, 8), kind="eagle3")
+    assert "--speculative-algorithm EAGLE " in sglang_flags(Shape(3, 4, 8))
+    assert vllm_config(Shape(4, 1, 5), kind="eagle3")["method"] == "eagle3"
+    assert tensorrt_llm_config(Shape(3, 4, 8), kind="eagle3")["decoding_type"] == "Eagle3"
+    target = tiny_target(vocab=16)
+    b = Bundle(target=target, tokenizer=None, head=random_head(target), device=torch.device("cpu"),
+               dtype=torch.float32, model_name="tiny", head_name="h3")
+    assert b.head_kind == "eagle3" and "head EAGLE-3 h3" in b.describe()
