@@ -164,3 +164,37 @@ def test_serving_settings_and_describe_line_name_the_head_kind():
     b = Bundle(target=target, tokenizer=None, head=random_head(target), device=torch.device("cpu"),
                dtype=torch.float32, model_name="tiny", head_name="h3")
     assert b.head_kind == "eagle3" and "head EAGLE-3 h3" in b.describe()
+
+
+def test_train_eagle3_end_to_end_and_resumes(tmp_path):
+    """`train eagle3` on a tiny target: answers, training, an official-layout head with its card; a rerun
+    reuses the stored answers and the finished schedule."""
+    import argparse
+
+    from conftest import CharTokenizer
+    from eagle2.train import pipeline3
+
+    class Tok(CharTokenizer):
+        pad_token_id = 0
+
+    target = tiny_target(vocab=26)
+    target.generation_config.eos_token_id = 25
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": w}) + "\n" for w in ("hello", "world", "speculative", "tree",
+                                                                         "draft", "verify", "accept", "bonus")))
+    parser = argparse.ArgumentParser()
+    pipeline3.add_arguments(parser)
+    args = parser.parse_args(["--prompts", str(prompts), "--out", str(tmp_path / "run"), "--minutes", "2",
+                              "--max-new-tokens", "12", "--batch-size", "4", "--vocab", "20", "--steps", "2",
+                              "--batch-tokens", "64", "--epochs", "3"])
+    report = pipeline3.run(args, target, Tok())
+    head_dir = tmp_path / "run" / "head"
+    assert {"config.json", "model.safetensors", "draft_vocab.safetensors", "report.json", "README.md"} <= {
+        p.name for p in head_dir.iterdir()}
+    head = load_head(head_dir, target)
+    assert head_kind(head) == "eagle3" and len(head.d2t) == 20 and len(head.draft_vocab) == 20
+    assert report["steps"] == report["total_steps"] > 0 and "step1_top1" in report["heldout"]
+    assert "EAGLE-3 draft head" in (head_dir / "README.md").read_text()
+    stamp = (tmp_path / "run" / eagle3.ANSWERS).stat().st_mtime_ns
+    again = pipeline3.run(args, target, Tok())
+    assert (tmp_path / "run" / eagle3.ANSWERS).stat().st_mtime_ns == stamp and again["steps"] == report["steps"]
