@@ -68,13 +68,19 @@ def trim(s: Sequence, context: int) -> Sequence:
 
 def make_batches(seqs: list[Sequence], batch_tokens: int, rng: random.Random) -> list[list[int]]:
     """Indices grouped by similar length so that padding stays small; batch order shuffled."""
-    order = sorted(range(len(seqs)), key=lambda i: (len(seqs[i].tokens), rng.random()))
+    return by_length([len(s.tokens) for s in seqs], batch_tokens, rng)
+
+
+def by_length(lengths: list[int], batch_tokens: int, rng: random.Random) -> list[list[int]]:
+    """Indices into `lengths` in batches of similar length, at most `batch_tokens` padded tokens each (a longer
+    item alone); batch order shuffled."""
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], rng.random()))
     batches, cur, width = [], [], 0
     for i in order:
-        w = max(width, len(seqs[i].tokens))
+        w = max(width, lengths[i])
         if cur and w * (len(cur) + 1) > batch_tokens:
             batches.append(cur)
-            cur, w = [], len(seqs[i].tokens)
+            cur, w = [], lengths[i]
         cur.append(i)
         width = w
     if cur:

@@ -25,6 +25,7 @@ from torch import nn
 
 from .. import head3
 from ..head import _to_llama_config, head_config_for
+from .batches import by_length
 
 ANSWERS = "answers.safetensors"
 
@@ -109,6 +110,16 @@ def vocabulary(data: Answers, size: int, always: set[int] = frozenset()) -> torc
     return torch.tensor((keep + rest)[:size])
 
 
+def left_padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows padded on the left to one width, for transformers' generate -> ids, attention mask (B, W)."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for j, r in enumerate(rows):
+        ids[j, width - len(r):], mask[j, width - len(r):] = torch.tensor(r), 1
+    return ids, mask
+
+
 @torch.inference_mode()
 def write_answers(target, tokenizer, prompts: list[list[int]], max_new_tokens: int, batch_size: int,
                   deadline: float = math.inf, context: int = 64, log=print) -> Answers:
@@ -125,13 +136,9 @@ def write_answers(target, tokenizer, prompts: list[list[int]], max_new_tokens: i
             log(f"answers: deadline reached after {len(out.tokens)} of {len(prompts)} prompts")
             break
         rows = [prompts[i] for i in order[b:b + batch_size]]
-        width = max(len(p) for p in rows)
-        ids = torch.full((len(rows), width), pad, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for j, p in enumerate(rows):
-            ids[j, width - len(p):], mask[j, width - len(p):] = torch.tensor(p), 1
+        ids, mask = left_padded(rows, pad)
         gen = target.generate(input_ids=ids.to(dev), attention_mask=mask.to(dev), max_new_tokens=max_new_tokens,
-                              do_sample=False, pad_token_id=pad)[:, width:].cpu()
+                              do_sample=False, pad_token_id=pad)[:, ids.shape[1]:].cpu()
         stops = set(eos if isinstance(eos, list) else [eos])
         for p, g in zip(rows, gen.tolist()):
             end = next((j + 1 for j, t in enumerate(g) if t in stops), len(g))
@@ -205,20 +212,8 @@ def step_losses(head, outs, z, greedy, tokens, valid, starts, cfg: Fit3Config, i
 
 
 def batches(data: Answers, idx: list[int], batch_tokens: int, rng: random.Random) -> list[list[int]]:
-    """Indices grouped by similar length (little padding), in shuffled order."""
-    order = sorted(idx, key=lambda i: (len(data.tokens[i]), rng.random()))
-    out, cur, width = [], [], 0
-    for i in order:
-        w = max(width, len(data.tokens[i]))
-        if cur and w * (len(cur) + 1) > batch_tokens:
-            out.append(cur)
-            cur, w = [], len(data.tokens[i])
-        cur.append(i)
-        width = w
-    if cur:
-        out.append(cur)
-    rng.shuffle(out)
-    return out
+    """The sequences `idx` in batches of similar length (little padding), in shuffled order."""
+    return [[idx[j] for j in b] for b in by_length([len(data.tokens[i]) for i in idx], batch_tokens, rng)]
 
 
 def collate(data: Answers, idx: list[int], dev) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -40,14 +40,10 @@ def self_prompts(target, tokenizer, count: int, exclude: list[str], openers: lis
     rounds = 0
     while len(out) < count and time.time() < deadline:
         rows = [prefix + opener_ids[(rounds * batch_size + i) % len(opener_ids)] for i in range(batch_size)]
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), pad, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for j, r in enumerate(rows):
-            ids[j, width - len(r):], mask[j, width - len(r):] = torch.tensor(r), 1
+        ids, mask = eagle3.left_padded(rows, pad)
         gen = target.generate(input_ids=ids.to(dev), attention_mask=mask.to(dev), max_new_tokens=max_tokens,
                               do_sample=True, temperature=temperature, top_p=1.0, top_k=0, pad_token_id=pad)
-        for r, g in zip(rows, gen[:, width:].tolist()):
+        for r, g in zip(rows, gen[:, ids.shape[1]:].tolist()):
             end = next((j for j, t in enumerate(g) if t in stops), None)
             if end is None:
                 continue  # cut off by the cap
