@@ -289,7 +289,7 @@ def fit(target, data: Answers, vocab_order: torch.Tensor, ckpt_dir: str | Path, 
         torch.save({"head": trainable(head), "opt": opt.state_dict(), "state": state}, tmp)
         tmp.replace(path)
 
-    last_log = time.time()
+    last_log = last_save = time.time()
     while state["step"] < state["total"] and time.time() < deadline:
         order = batches(data, train_idx, cfg.batch_tokens, random.Random(cfg.seed + state["epoch"]))
         for bi in range(state["batch"], len(order)):
@@ -308,11 +308,12 @@ def fit(target, data: Answers, vocab_order: torch.Tensor, ckpt_dir: str | Path, 
             opt.step()
             state.update(step=state["step"] + 1, batch=bi + 1)
             if time.time() - last_log > 20:
-                last_log = time.time()
+                last_log = last_save = time.time()
                 acc = " ".join(f"{h / max(c, 1):.2f}" for h, c in zip(hits, counts))
                 log(f"step {state['step']}/{state['total']} loss {loss.item():.3f} top1 by step {acc}")
-            if state["step"] % 500 == 0:
+            if time.time() - last_save > 600:  # a checkpoint every ten minutes: an interrupted run loses little
                 save()
+                last_save = time.time()
         else:
             state.update(epoch=state["epoch"] + 1, batch=0)
     save()
