@@ -198,3 +198,24 @@ def test_train_eagle3_end_to_end_and_resumes(tmp_path):
     stamp = (tmp_path / "run" / eagle3.ANSWERS).stat().st_mtime_ns
     again = pipeline3.run(args, target, Tok())
     assert (tmp_path / "run" / eagle3.ANSWERS).stat().st_mtime_ns == stamp and again["steps"] == report["steps"]
+
+
+@pytest.mark.slow
+def test_the_page_runs_an_eagle3_head_and_says_so(embedded):
+    """The page's Generate with an EAGLE-3 head on the real model: both trees drawn, every method's text equal
+    to plain decoding's, and the trace names the head kind."""
+    from dataclasses import replace
+
+    from app_parts.presets import load_presets
+    from app_parts.runner import generate
+    from app_parts.settings import RunRequest
+
+    head = eagle3.new_head(embedded.target, torch.arange(4096)).eval().requires_grad_(False)
+    bundle = replace(embedded, head=head, head_name="an untrained EAGLE-3 head")
+    req = RunRequest(prompt="Count from 1 to 5.", preset=next(iter(load_presets())), max_new_tokens=8)
+    last = list(generate(req, lambda preset: bundle))[-1]
+    assert last.error is None and set(last.trees) == {"eagle2", "eagle1"}
+    s = last.session
+    assert s.meta["head_kind"] == "eagle3" and "head EAGLE-3 an untrained EAGLE-3 head" in s.meta["device"]
+    tokens = {m: [t for r in s.runs[m] for t in r.new_tokens] for m in s.runs}
+    assert tokens["eagle2"] == tokens["vanilla"] == tokens["eagle1"] and len(tokens["vanilla"]) == 8
