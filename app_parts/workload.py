@@ -131,8 +131,9 @@ def diagnose(path: str | None, max_new_tokens: float, preset_name: str,
             return
         verify = {int(k): v for k, v in profile["verify_ms"].items()} if profile else None
         rest = {int(k): v for k, v in profile["rest_ms"].items()} if profile else None
-        out = report(prompts, decodes, verify, rest, interrupted=control.stop_requested)
-        out.update(device=bundle.describe(), created=time.strftime("%Y-%m-%d %H:%M:%S"))
+        kind = bundle.head_kind
+        out = report(prompts, decodes, verify, rest, interrupted=control.stop_requested, head_kind=kind)
+        out.update(device=bundle.describe(), head_kind=kind, created=time.strftime("%Y-%m-%d %H:%M:%S"))
         folder = Path(tempfile.mkdtemp(prefix="eagle2-workload-"))
         files = [str(folder / "workload.json"), str(folder / "workload.html")]
         write(out, files[0], files[1])
