@@ -177,16 +177,19 @@ def test_train_eagle3_end_to_end_and_resumes(tmp_path):
     class Tok(CharTokenizer):
         pad_token_id = 0
 
+        def __call__(self, text: str, add_special_tokens: bool = True) -> dict:
+            return super().__call__(text)
+
     target = tiny_target(vocab=26)
     target.generation_config.eos_token_id = 25
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": w}) + "\n" for w in ("hello", "world", "speculative", "tree",
-                                                                         "draft", "verify", "accept", "bonus")))
+    prompts.write_text("".join(json.dumps({"prompt": w, "response": w[::-1]}) + "\n" for w in (
+        "hello", "world", "speculative", "tree", "draft", "verify", "accept", "bonus")))
     parser = argparse.ArgumentParser()
     pipeline3.add_arguments(parser)
     args = parser.parse_args(["--prompts", str(prompts), "--out", str(tmp_path / "run"), "--minutes", "2",
                               "--max-new-tokens", "12", "--batch-size", "4", "--vocab", "20", "--steps", "2",
-                              "--batch-tokens", "64", "--epochs", "3"])
+                              "--batch-tokens", "64", "--epochs", "3", "--references"])
     report = pipeline3.run(args, target, Tok())
     head_dir = tmp_path / "run" / "head"
     assert {"config.json", "model.safetensors", "draft_vocab.safetensors", "report.json", "README.md"} <= {
@@ -194,6 +197,9 @@ def test_train_eagle3_end_to_end_and_resumes(tmp_path):
     head = load_head(head_dir, target)
     assert head_kind(head) == "eagle3" and len(head.d2t) == 20 and len(head.draft_vocab) == 20
     assert report["steps"] == report["total_steps"] > 0 and "step1_top1" in report["heldout"]
+    assert report["reference_tokens"] == sum(len(w) + 1 for w in ("hello", "world", "speculative", "tree", "draft",
+                                                                 "verify", "accept", "bonus"))  # each ends in EOS
+    assert report["sequences"] == 7 + 8 and report["heldout_sequences"] == 1  # references are never held out
     assert "EAGLE-3 draft head" in (head_dir / "README.md").read_text()
     stamp = (tmp_path / "run" / eagle3.ANSWERS).stat().st_mtime_ns
     again = pipeline3.run(args, target, Tok())

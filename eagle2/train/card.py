@@ -140,6 +140,9 @@ def write_card3(out: Path, report: dict) -> None:
     cfg, h = report.get("config", {}), report.get("heldout", {})
     steps = sorted(k for k in h if k.startswith("step"))
     front = FRONT_MATTER.replace("- eagle-2\n", "- eagle-2\n- eagle-3\n")
+    refs = (f"\n- Also the prompt files' reference answers ({report['reference_tokens']:,} tokens), read by the target "
+            "teacher-forced, for training only; their labels are still the target's own distributions."
+            if report.get("reference_tokens") else "")
     card = front + f"""
 # EAGLE-3 draft head for SmolLM2-135M-Instruct
 
@@ -160,7 +163,7 @@ eagle3`). It fuses the target's hidden states entering layers {", ".join(map(str
   non-commercial use and this card carries that licence) and {report.get("own_prompts", 0):,} prompts the
   target wrote itself (Magpie's pre-query trick; none shares a 6-word sequence with MT-bench).
 - Answers: the target's own greedy answers with its chat template, at most {report.get("max_new_tokens", "?")}
-  new tokens: {report.get("prompts", 0):,} sequences, {report.get("answer_tokens", 0):,} answer tokens.
+  new tokens: {report.get("prompts", 0):,} sequences, {report.get("answer_tokens", 0):,} answer tokens.{refs}
 - Held out: every {cfg.get("heldout_every", "?")}-th sequence ({report.get("heldout_sequences", "?")} sequences,
   {h.get("positions", "?")} positions), never trained on.
 

@@ -260,17 +260,23 @@ def lr_at(step: int, total: int, cfg: Fit3Config) -> float:
 
 
 def fit(target, data: Answers, vocab_order: torch.Tensor, ckpt_dir: str | Path, cfg: Fit3Config,
-        deadline: float = math.inf, autocast: bool = False, log=print) -> tuple[head3.Eagle3Head, dict]:
-    """Train (resuming from ckpt_dir/eagle3.pt) until the schedule ends or the deadline; returns head, report."""
+        deadline: float = math.inf, autocast: bool = False, log=print,
+        extra: Answers | None = None) -> tuple[head3.Eagle3Head, dict]:
+    """Train (resuming from ckpt_dir/eagle3.pt) until the schedule ends or the deadline; returns head, report.
+    `extra`: more sequences to train on, none held out (reference answers read teacher-forced)."""
     ckpt_dir = Path(ckpt_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
-    dev = target.device
+    dev, n_own = target.device, len(data.tokens)
     head = new_head(target, vocab_order, cfg.seed)
     head.set_vocab_order(vocab_order)
     head = head.to(dev)
     params = [p for n, p in head.named_parameters() if not n.startswith("embed_tokens")]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     train_idx, held = split(len(data.tokens), cfg.heldout_every)
+    if extra is not None and extra.tokens:
+        n = len(data.tokens)
+        data = Answers(data.tokens + extra.tokens, data.starts + extra.starts)
+        train_idx += list(range(n, len(data.tokens)))
     per_epoch = len(batches(data, train_idx, cfg.batch_tokens, random.Random(cfg.seed)))
     state = {"step": 0, "epoch": 0, "batch": 0, "seconds": 0.0, "total": max(1, math.ceil(cfg.epochs * per_epoch)),
              "config": asdict(cfg), "sequences": len(train_idx), "heldout_sequences": len(held)}
@@ -320,5 +326,6 @@ def fit(target, data: Answers, vocab_order: torch.Tensor, ckpt_dir: str | Path, 
     report = {"heldout": evaluate(target, head, data, held, cfg, autocast), "steps": state["step"],
               "total_steps": state["total"], "seconds": round(state["seconds"], 1), "config": asdict(cfg),
               "sequences": state["sequences"], "heldout_sequences": len(held),
-              "answer_tokens": int(sum(len(t) - s for t, s in zip(data.tokens, data.starts)))}
+              "answer_tokens": int(sum(len(t) - s for t, s in zip(data.tokens[:n_own], data.starts[:n_own]))),
+              "reference_tokens": int(sum(len(t) - s for t, s in zip(data.tokens[n_own:], data.starts[n_own:])))}
     return head, report

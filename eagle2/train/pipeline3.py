@@ -55,6 +55,27 @@ def self_prompts(target, tokenizer, count: int, exclude: list[str], openers: lis
     return out
 
 
+def references(tok, files: list[str], max_prompt_tokens: int, eos: int, context: int = 64) -> eagle3.Answers:
+    """The prompt files' reference answers (Alpaca's `output`) after their prompts, ended by EOS: text the
+    target reads teacher-forced (its own next-token distributions are still the labels)."""
+    from ..engine import encode_prompt
+    from ..prompts import read_rows
+
+    out = eagle3.Answers([], [])
+    for f in files:
+        for row in read_rows(f):
+            if not row.reference:
+                continue
+            ids = encode_prompt(tok, row.prompt)
+            if len(ids) <= max_prompt_tokens:
+                c = min(len(ids), context)
+                out.tokens.append(torch.tensor(ids[-c:] + tok(row.reference, add_special_tokens=False)["input_ids"]
+                                               + [eos]))
+                out.starts.append(c)
+    log(f"references: {len(out.tokens)} answers from the prompt files, train only")
+    return out
+
+
 def run(args: argparse.Namespace, target, tok) -> dict:
     from ..engine import encode_prompt
     from ..head3 import save
@@ -84,11 +105,13 @@ def run(args: argparse.Namespace, target, tok) -> dict:
                                     t0 + args.minutes * 60 * 0.5, log=log)
         data.save(answers_path)
     eos = target.generation_config.eos_token_id
-    order = eagle3.vocabulary(data, args.vocab, set(eos if isinstance(eos, list) else [eos]))
+    stops = set(eos if isinstance(eos, list) else [eos])
+    refs = references(tok, args.prompts, args.max_prompt_tokens, min(stops)) if args.references else None
+    order = eagle3.vocabulary(data, args.vocab, stops)
     cfg = eagle3.Fit3Config(steps=args.steps, lr=args.lr, epochs=args.epochs, batch_tokens=args.batch_tokens,
                             seed=args.seed)
     head, report = eagle3.fit(target, data, order, out / "ckpt", cfg, deadline=end - args.reserve * 60,
-                              autocast=autocast, log=log)
+                              autocast=autocast, log=log, extra=refs)
     head.set_vocab_order(order.to(head.d2t.device))
     dest = out / "head"
     save(head.cpu(), dest, target.config)
@@ -124,5 +147,8 @@ def add_arguments(q: argparse.ArgumentParser) -> None:
     q.add_argument("--epochs", type=float, default=2.0)
     q.add_argument("--batch-tokens", type=int, default=8192)
     q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--references", action="store_true",
+                   help="also train on the prompt files' reference answers (Alpaca `output`), read teacher-forced; "
+                        "none held out")
     q.add_argument("--autocast", action="store_true",
                    help="bf16 autocast on a CPU (pays with AVX512-BF16/AMX; always on with CUDA)")
