@@ -225,3 +225,23 @@ def test_the_page_runs_an_eagle3_head_and_says_so(embedded):
     assert s.meta["head_kind"] == "eagle3" and "head EAGLE-3 an untrained EAGLE-3 head" in s.meta["device"]
     tokens = {m: [t for r in s.runs[m] for t in r.new_tokens] for m in s.runs}
     assert tokens["eagle2"] == tokens["vanilla"] == tokens["eagle1"] and len(tokens["vanilla"]) == 8
+
+
+def test_interrupted_answers_continue_where_they_stopped():
+    from conftest import CharTokenizer
+
+    class Tok(CharTokenizer):
+        pad_token_id = 0
+
+    target = tiny_target(vocab=26)
+    target.generation_config.eos_token_id = 25
+    prompts = [[1, 2, 3, 4, 5, 6][:n] for n in (6, 5, 4, 3, 2, 1)]
+    whole = eagle3.write_answers(target, Tok(), prompts, 6, 2, log=lambda m: None)
+    saved = []
+    first = eagle3.write_answers(target, Tok(), prompts, 6, 2, deadline=0.0, log=lambda m: None)
+    assert first.tokens == []  # past its deadline at once: nothing done, nothing lost
+    part = eagle3.Answers(whole.tokens[:2], whole.starts[:2])
+    rest = eagle3.write_answers(target, Tok(), prompts, 6, 2, log=lambda m: None, done=part,
+                                save=saved.append, save_every_s=0.0)
+    assert [t.tolist() for t in rest.tokens] == [t.tolist() for t in whole.tokens] and rest.starts == whole.starts
+    assert len(saved) == 2 and len(saved[-1].tokens) == 6  # saved after each of the two remaining batches

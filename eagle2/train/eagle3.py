@@ -122,16 +122,19 @@ def left_padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Te
 
 @torch.inference_mode()
 def write_answers(target, tokenizer, prompts: list[list[int]], max_new_tokens: int, batch_size: int,
-                  deadline: float = math.inf, context: int = 64, log=print) -> Answers:
+                  deadline: float = math.inf, context: int = 64, log=print, done: Answers | None = None,
+                  save=None, save_every_s: float = 300.0) -> Answers:
     """The target's greedy answers (transformers' generate, left padding), longest prompts first; stops at the
-    deadline with what is done. Each sequence keeps the prompt's last `context` tokens."""
+    deadline with what is done. Each sequence keeps the prompt's last `context` tokens. `done`: answers of an
+    earlier, interrupted call (the first prompts of the same order), continued; `save(answers)` is called every
+    `save_every_s` seconds so that an interruption loses little."""
     dev = target.device
     eos = target.generation_config.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if isinstance(eos, list) else eos)
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
-    out = Answers([], [])
-    t0 = time.time()
-    for b in range(0, len(order), batch_size):
+    out = Answers(list(done.tokens), list(done.starts)) if done else Answers([], [])
+    t0 = last_save = time.time()
+    for b in range(len(out.tokens), len(order), batch_size):
         if time.time() > deadline:
             log(f"answers: deadline reached after {len(out.tokens)} of {len(prompts)} prompts")
             break
@@ -146,6 +149,9 @@ def write_answers(target, tokenizer, prompts: list[list[int]], max_new_tokens: i
             out.tokens.append(torch.tensor(p[-c:] + g[:end]))
             out.starts.append(c)
         log(f"answers: {len(out.tokens)}/{len(prompts)} in {time.time() - t0:.0f} s")
+        if save is not None and time.time() - last_save > save_every_s:
+            save(out)
+            last_save = time.time()
     return out
 
 

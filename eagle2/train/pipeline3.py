@@ -100,10 +100,13 @@ def run(args: argparse.Namespace, target, tok) -> dict:
     else:
         texts = [p for f in args.prompts for p in read_prompts(f)] + (read_prompts(own) if own.exists() else [])
         prompts = [ids for ids in (encode_prompt(tok, t) for t in texts) if len(ids) <= args.max_prompt_tokens]
-        log(f"answers: {len(prompts)} prompts")
+        partial = out / "answers.partial.safetensors"  # progress of an interrupted stage, continued
+        done = eagle3.Answers.load(partial) if partial.exists() else None
+        log(f"answers: {len(prompts)} prompts" + (f", {len(done.tokens)} answered before" if done else ""))
         data = eagle3.write_answers(target, tok, prompts, args.max_new_tokens, args.batch_size,
-                                    t0 + args.minutes * 60 * 0.5, log=log)
+                                    t0 + args.minutes * 60 * 0.5, log=log, done=done, save=lambda a: a.save(partial))
         data.save(answers_path)
+        partial.unlink(missing_ok=True)
     eos = target.generation_config.eos_token_id
     stops = set(eos if isinstance(eos, list) else [eos])
     refs = references(tok, args.prompts, args.max_prompt_tokens, min(stops)) if args.references else None
