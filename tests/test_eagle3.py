@@ -102,6 +102,23 @@ def test_training_learns_a_pattern():
     assert after["step0_top1"] > before["step0_top1"] + 0.3
 
 
+def test_training_checkpoints_every_ten_minutes(tmp_path, monkeypatch):
+    """A long run writes its checkpoint every ten minutes of wall time, not only at the end, whatever the
+    logging does in between (a clock that moves 25 s per reading stands in for a slow machine)."""
+    target = tiny_target(vocab=16, std=0.5)
+    g = torch.Generator().manual_seed(0)
+    data = eagle3.Answers([torch.randint(0, 16, (24,), generator=g) for _ in range(4)], [4] * 4)
+    cfg = eagle3.Fit3Config(steps=2, epochs=40, batch_tokens=64, heldout_every=0)
+    clock = iter(range(0, 10**9, 25))
+    monkeypatch.setattr(eagle3.time, "time", lambda: float(next(clock)))
+    saves = []
+    real_save = torch.save
+    monkeypatch.setattr(eagle3.torch, "save", lambda obj, f: (saves.append(obj["state"]["step"]), real_save(obj, f)))
+    _, report = eagle3.fit(target, data, torch.arange(16), tmp_path, cfg, log=lambda m: None)
+    mid_run = [s for s in saves if s < report["steps"]]
+    assert report["steps"] >= 40 and len(mid_run) >= 2 and saves[-1] == report["steps"]
+
+
 PROMPT = [1, 5, 2, 7, 3]
 
 

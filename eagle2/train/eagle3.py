@@ -320,7 +320,7 @@ def fit(target, data: Answers, vocab_order: torch.Tensor, ckpt_dir: str | Path, 
             opt.step()
             state.update(step=state["step"] + 1, batch=bi + 1)
             if time.time() - last_log > 20:
-                last_log = last_save = time.time()
+                last_log = time.time()
                 acc = " ".join(f"{h / max(c, 1):.2f}" for h, c in zip(hits, counts))
                 log(f"step {state['step']}/{state['total']} loss {loss.item():.3f} top1 by step {acc}")
             if time.time() - last_save > 600:  # a checkpoint every ten minutes: an interrupted run loses little
