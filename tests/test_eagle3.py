@@ -219,8 +219,11 @@ def test_train_eagle3_end_to_end_and_resumes(tmp_path):
     assert report["sequences"] == 7 + 8 and report["heldout_sequences"] == 1  # references are never held out
     assert "EAGLE-3 draft head" in (head_dir / "README.md").read_text()
     stamp = (tmp_path / "run" / eagle3.ANSWERS).stat().st_mtime_ns
+    first = json.loads((tmp_path / "run" / "minutes.json").read_text())["minutes"]
     again = pipeline3.run(args, target, Tok())
     assert (tmp_path / "run" / eagle3.ANSWERS).stat().st_mtime_ns == stamp and again["steps"] == report["steps"]
+    total = json.loads((tmp_path / "run" / "minutes.json").read_text())["minutes"]
+    assert total > first and again["minutes"] == round(total, 1)  # the card's wall time counts both invocations
 
 
 @pytest.mark.slow

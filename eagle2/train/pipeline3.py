@@ -120,8 +120,12 @@ def run(args: argparse.Namespace, target, tok) -> dict:
     save(head.cpu(), dest, target.config)
     from safetensors.torch import save_file
     save_file({"token_ids": order.to(torch.int64).contiguous()}, str(dest / "draft_vocab.safetensors"))
+    spent = out / "minutes.json"  # wall time of the earlier invocations that got here: a resumed run adds up
+    before = json.loads(spent.read_text())["minutes"] if spent.exists() else 0.0
+    minutes = before + (time.time() - t0) / 60
+    spent.write_text(json.dumps({"minutes": minutes}))
     report.update(prompts=len(data.tokens), own_prompts=sum(1 for _ in own.open()) if own.exists() else 0,
-                  minutes=round((time.time() - t0) / 60, 1), hardware=hardware(), vocab=args.vocab,
+                  minutes=round(minutes, 1), hardware=hardware(), vocab=args.vocab,
                   max_new_tokens=args.max_new_tokens, feature_layers=list(head.feature_layers))
     (dest / "report.json").write_text(json.dumps(report, indent=2))
     write_card3(dest, report)
