@@ -19,7 +19,7 @@ from app_parts.presets import load_presets
 from app_parts.runner import generate
 from app_parts.session import Session
 from app_parts.settings import RunRequest
-from eagle2.records import Trace
+from eagle2.decode.records import Trace
 
 PROMPT = "Tell me a long story about a dragon who learns to bake bread, with many chapters."
 

@@ -1,7 +1,7 @@
 """One visitor's runs (kept in gr.State, never in a module global) and their trace file export / import.
 
 A Session holds every step record of the last run per method, the run's metadata and which steps the
-page shows. Exported traces are eagle2.records.Trace JSON; imported ones are checked field by field
+page shows. Exported traces are eagle2.decode.records.Trace JSON; imported ones are checked field by field
 so that a malformed or foreign file is refused with a message instead of breaking a figure later.
 A session's size is bounded: past MAX_FADED_NODES pruned or never-expanded draft nodes, the oldest steps
 lose theirs (`bound_faded`), and the page expires a session left unused for `session_ttl_s()`.
@@ -19,7 +19,7 @@ from typing import Any
 
 from app_parts.settings import env_seconds
 from eagle2.config import METHODS
-from eagle2.records import PRUNED, SOURCES, UNEXPANDED, StepRecord, Trace
+from eagle2.decode.records import PRUNED, SOURCES, UNEXPANDED, StepRecord, Trace
 
 TREE_METHODS = ("eagle2", "eagle1")
 MAX_TRACE_BYTES = 200 * 1024 * 1024

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 
 from eagle2.config import ASSETS, LIMITS, STATIC_PRESET, DecodeConfig, cut_tree, load_tree_presets, parse_tree
-from eagle2.methods import LABELS as METHOD_LABELS
+from eagle2.decode.methods import LABELS as METHOD_LABELS
 
 CUSTOM = "custom"
 CUT = "mc_sim_7b_63 cut to the budget"  # EAGLE-1's tree cut breadth first to EAGLE-2's node budget

@@ -9,8 +9,8 @@ import html
 import plotly.graph_objects as go
 
 from app_parts.session import MAX_FADED_NODES, TREE_METHODS, Session, session_ttl_s
-from eagle2.methods import LABELS as METHOD_LABELS
-from eagle2.records import ACCEPTED, KEPT, ROOT, Node, StepRecord
+from eagle2.decode.methods import LABELS as METHOD_LABELS
+from eagle2.decode.records import ACCEPTED, KEPT, ROOT, Node, StepRecord
 from viz.empty import note_figure
 from viz import (accept_length_figure, calibration_figure, cost_figure, metrics_rows, position_heatmap, tokens_html,
                  tree_figure, tree_size_figure)

@@ -7,7 +7,7 @@ import sys
 from dataclasses import replace
 
 from .cli_common import decode_args, prepare, tune_shared
-from .methods import OURS, budget_note, config_for, settings_of
+from .decode.methods import OURS, budget_note, config_for, settings_of
 
 
 def cmd_generate(args: argparse.Namespace) -> None:

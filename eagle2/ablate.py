@@ -16,7 +16,7 @@ from .cpu import rows
 from .api import run
 from .prompts import read_prompts
 from .config import DecodeConfig
-from .engine import encode_prompt
+from .decode.engine import encode_prompt
 from .loading import load
 
 VARIANTS = {

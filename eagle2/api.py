@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from .config import DecodeConfig
-from .engine import Decoder, encode_prompt
+from .decode.engine import Decoder, encode_prompt
 from .loading import Bundle
-from .records import StepRecord, summarise
+from .decode.records import StepRecord, summarise
 
 
 @dataclass(frozen=True)

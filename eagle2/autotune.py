@@ -21,12 +21,12 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 
-from .cache import new_cache
+from .decode.cache import new_cache
 from .config import STATIC_PRESET, DecodeConfig, cut_tree, parse_tree
-from .engine import Decoder, truncate
-from .records import StepRecord
+from .decode.engine import Decoder, truncate
+from .decode.records import StepRecord
 from .replay import accept_with_floors, replay_runs
-from .rerank import floors
+from .decode.rerank import floors
 from .serving import interpolate
 
 SIZES = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 26, 32, 40, 48, 60)
@@ -321,8 +321,8 @@ def tune_for(bundle, methods: list[str], shared, progress=None, draft_tokens: in
     Tuning and `shared` with each method's choice in `tuned`. Without `draft_tokens` it also chooses between the
     head's whole draft vocabulary and its first NARROW_DRAFT tokens, for every tree method alike."""
     from .api import decoder_for
-    from .engine import encode_prompt
-    from .methods import tunable
+    from .decode.engine import encode_prompt
+    from .decode.methods import tunable
 
     dec = decoder_for(bundle)
     wanted = tunable(methods, shared.tree is not None)

@@ -1,6 +1,6 @@
 """Benchmark: every method on the same prompts, in one process, after a warm-up; ratios, not absolutes.
 
-Methods by name (eagle2/methods.py): our `vanilla`, `eagle1`, `eagle2` (the paper's algorithm), and this
+Methods by name (eagle2/decode/methods.py): our `vanilla`, `eagle1`, `eagle2` (the paper's algorithm), and this
 project's `eagle2_sized`, `eagle2_lookup`, `eagle2_sized_lookup`; transformers' own greedy `generate`
 (`hf_greedy`) and its prompt-lookup assisted generation (`hf_lookup`) as peers. Speedups are tokens/s ratios
 within this run. Each method's settings are stored beside its numbers; with greedy decoding the dynamic
@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from .config import STATIC_PRESET
-from .methods import LABELS, OURS, PEERS, STATIC_NODES, Shared, config_for, settings_of
+from .decode.methods import LABELS, OURS, PEERS, STATIC_NODES, Shared, config_for, settings_of
 from .prompts import read_rows
 
 HF_LOOKUP_TOKENS = 10  # transformers' prompt_lookup_num_tokens default
@@ -37,7 +37,7 @@ def _hf(bundle, ids: list[int], max_new: int, lookup: bool) -> tuple[list[int], 
 def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: int, progress=print) -> dict:
     """Run each method on each prompt; returns {"methods": {name: metrics}, "per_prompt": [...]}."""
     from .api import run
-    from .engine import encode_prompt
+    from .decode.engine import encode_prompt
 
     encoded = [encode_prompt(bundle.tokenizer, p) for p in prompts]
     for m in methods:  # warm-up: first calls pay for allocation and kernel selection
@@ -98,7 +98,7 @@ def equal_budgets(bundle, prompts: list[str], shared: Shared, progress=print) ->
     replayed exactly from one greedy decode of each prompt with the largest tree of each kind, both drafting over
     the same vocabulary. Accept lengths are pooled as the bench counts them (`replay.replay_runs`)."""
     from .api import run
-    from .engine import encode_prompt
+    from .decode.engine import encode_prompt
     from .replay import replay_runs
 
     top = max(EQUAL_BUDGETS)
@@ -179,7 +179,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
 
     from .cli_common import config_from, prepare, tune_shared
     from .loading import load
-    from .methods import budget_note
+    from .decode.methods import budget_note
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     rows = read_rows(args.prompts, args.limit)

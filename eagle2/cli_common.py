@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from .config import DecodeConfig
-from .methods import OURS, Shared, check_methods, config_for, static_tree, tunable
+from .decode.methods import OURS, Shared, check_methods, config_for, static_tree, tunable
 
 
 def _size(text: str) -> int | str:

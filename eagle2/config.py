@@ -134,8 +134,9 @@ class DecodeConfig:
 
     @property
     def name(self) -> str:
-        """The method this config runs, by its name (eagle2/methods.py): `eagle2` is the paper's algorithm only;
-        confidence sizing and the prompt-lookup branch are this project's additions and carry their own names."""
+        """The method this config runs, by its name (eagle2/decode/methods.py): `eagle2` is the paper's algorithm
+        only; confidence sizing and the prompt-lookup branch are this project's additions and carry their own
+        names."""
         if self.method != "eagle2":
             return self.method
         return "eagle2" + ("_sized" if self.sized else "") + ("_lookup" if self.lookup else "")

@@ -132,7 +132,7 @@ def cmd_diagnose(args: argparse.Namespace) -> None:
     from .api import decoder_for
     from .autotune import SIZES, time_drafting, time_verify
     from .config import DecodeConfig
-    from .engine import encode_prompt
+    from .decode.engine import encode_prompt
     from .loading import load
     from .prompts import read_rows
 

@@ -29,7 +29,7 @@ def run_sweep(bundle, prompts: list[str], base: DecodeConfig, totals=TOTALS, dep
               progress=lambda s: print(s, file=sys.stderr)) -> list[dict]:
     """One row per configuration: method, label, total_tokens, depth, tokens_per_s, tau, speedup."""
     from .api import run
-    from .engine import encode_prompt
+    from .decode.engine import encode_prompt
 
     encoded = [encode_prompt(bundle.tokenizer, p) for p in prompts]
     run(bundle, encoded[0], replace(base, method="eagle2", max_new_tokens=8))  # warm-up

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from eagle2.verify import Decision, accept_sampling, target_probs
+from eagle2.decode.verify import Decision, accept_sampling, target_probs
 
 pytestmark = pytest.mark.statistical
 
@@ -32,7 +32,7 @@ Q = [1.0, 0.55, 0.3, 0.5, 0.35, 0.4]  # the draft's own probability of each node
 
 
 def exact_joint() -> np.ndarray:
-    """p(x1, x2) with temperature T and nucleus TOP_P, computed independently of eagle2.verify."""
+    """p(x1, x2) with temperature T and nucleus TOP_P, computed independently of eagle2.decode.verify."""
     def probs(logits: np.ndarray) -> np.ndarray:
         p = np.exp(logits / T - np.max(logits / T))
         p /= p.sum()

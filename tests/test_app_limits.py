@@ -17,7 +17,8 @@ from app_parts.session import (RunControl, Session, bound_faded, export_trace, f
                                import_trace, session_ttl_s)
 from app_parts.settings import RunRequest, run_budget_s  # noqa: E402
 from app_parts.views import metrics_markdown, session_caption, tree_view  # noqa: E402
-from eagle2.records import ACCEPTED, KEPT, PRUNED, REJECTED, ROOT, UNEXPANDED, UNREACHED, Node, StepRecord  # noqa: E402
+from eagle2.decode.records import (ACCEPTED, KEPT, PRUNED, REJECTED, ROOT, UNEXPANDED, UNREACHED, Node,  # noqa: E402
+                                   StepRecord)
 from viz.tree_size import tree_size_table  # noqa: E402
 
 PRESET = next(iter(load_presets()))

@@ -14,7 +14,7 @@ from app_parts.runner import generate  # noqa: E402
 from app_parts.session import RunControl, Session, export_trace, import_trace  # noqa: E402
 from app_parts.settings import CUT, RunRequest, budget_markdown, configs, sglang_flags  # noqa: E402
 from eagle2.config import DecodeConfig  # noqa: E402
-from eagle2.records import Trace  # noqa: E402
+from eagle2.decode.records import Trace  # noqa: E402
 
 PRESET = next(iter(load_presets()))
 PROMPT = "Count from 1 to 20, separated by commas."
@@ -273,7 +273,7 @@ def test_tree_sized_by_confidence_goes_to_eagle2_only():
 
 
 def _fake_step():
-    from eagle2.records import KEPT, ROOT, Node, StepRecord
+    from eagle2.decode.records import KEPT, ROOT, Node, StepRecord
 
     nodes = (Node(0, -1, 1, "a", 0, 0, 1.0, 0.0, ROOT, True, "accepted", 2, "b"),
              Node(1, 0, 2, "b", 1, 0, 0.5, -0.69, KEPT, False, "accepted", 3, "c"))

@@ -12,7 +12,7 @@ from eagle2.cpu import rows as rowkernel
 from eagle2.cpu.argmax import GreedyTokens
 from eagle2.cpu.linear import FastLinear
 from eagle2.config import DecodeConfig
-from eagle2.engine import Decoder
+from eagle2.decode.engine import Decoder
 from tests.conftest import CharTokenizer, tiny_target
 
 pytestmark = pytest.mark.skipif(not kernels.available(torch.zeros(1)), reason="needs oneDNN")
@@ -111,7 +111,7 @@ def test_it_applies_to_a_fast_lm_head_only_and_the_output_is_unchanged():
 @pytest.mark.slow
 def test_on_the_real_model_the_shortlist_settles_nearly_every_row(embedded):
     from eagle2.api import decoder_for
-    from eagle2.engine import encode_prompt
+    from eagle2.decode.engine import encode_prompt
 
     dec, greedy = decoder_for(embedded), embedded.greedy
     if greedy is None:

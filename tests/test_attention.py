@@ -7,11 +7,11 @@ import torch
 from transformers.integrations import sdpa_attention
 
 from eagle2.cpu.attention import NAME, use_tree_sdpa
-from eagle2.cache import new_cache
+from eagle2.decode.cache import new_cache
 from eagle2.config import DecodeConfig
-from eagle2.engine import Decoder
+from eagle2.decode.engine import Decoder
 from eagle2.head import new_head
-from eagle2.tree import tree_inputs
+from eagle2.decode.tree import tree_inputs
 from tests.conftest import CharTokenizer, tiny_target
 
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from eagle2 import cache as C
+from eagle2.decode import cache as C
 
 
 def states(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -163,7 +163,7 @@ def test_every_tree_method_drafts_over_the_same_vocabulary():
     import argparse
 
     from eagle2.cli_common import config_from, decode_args, shared_from
-    from eagle2.methods import config_for
+    from eagle2.decode.methods import config_for
 
     p = argparse.ArgumentParser()
     decode_args(p)

@@ -10,7 +10,7 @@ import pytest
 from eagle2 import diagnose
 from eagle2 import workload as wl
 from eagle2.config import DecodeConfig, cut_tree
-from eagle2.engine import Decoder
+from eagle2.decode.engine import Decoder
 from eagle2.serving import (ConstraintError, Shape, check_sglang, sglang_flags, tensorrt_llm_config,
                             vllm_config)
 

@@ -10,7 +10,7 @@ from eagle2 import cpu, loading
 from eagle2.cpu import onednn
 from eagle2.cpu import rows as rowkernel
 from eagle2.config import DecodeConfig
-from eagle2.engine import Decoder
+from eagle2.decode.engine import Decoder
 from eagle2.head import new_head
 from tests.conftest import CharTokenizer, tiny_target
 
@@ -104,7 +104,7 @@ def test_the_cli_refuses_an_unknown_draft_dtype(capsys):
 def test_the_real_model_with_the_other_draft_dtypes_equals_greedy(embedded):
     """Whichever `auto` gave the session's bundle, the other cheap drafts decode the same tokens too."""
     from eagle2.api import decoder_for
-    from eagle2.engine import encode_prompt
+    from eagle2.decode.engine import encode_prompt
     from eagle2.head import load_head
 
     ids = encode_prompt(embedded.tokenizer, "Write a short poem about autumn leaves.")

@@ -12,7 +12,7 @@ from conftest import tiny_target
 from eagle2 import head3
 from eagle2.head import head_kind, load_head
 from eagle2.train import eagle3
-from eagle2.tree import additive_mask
+from eagle2.decode.tree import additive_mask
 
 OFFICIAL = {"fc.weight", "midlayer.input_layernorm.weight", "midlayer.hidden_norm.weight",
             "midlayer.post_attention_layernorm.weight", "midlayer.self_attn.q_proj.weight",
@@ -131,7 +131,7 @@ def _plain(target, n):
 def test_greedy_equals_plain_decoding_with_an_eagle3_head(method):
     from conftest import CharTokenizer
     from eagle2.config import DecodeConfig
-    from eagle2.engine import Decoder
+    from eagle2.decode.engine import Decoder
 
     target = tiny_target(vocab=16)
     head = random_head(target, vocab=[0, 1, 2, 3, 5, 6, 8, 9, 10, 12, 13, 15])
@@ -148,7 +148,7 @@ def test_the_draft_is_the_eagle3_heads():
     independently from a teacher-forced target pass over three layers' hidden states."""
     from conftest import CharTokenizer
     from eagle2.config import DecodeConfig
-    from eagle2.engine import Decoder
+    from eagle2.decode.engine import Decoder
 
     target = tiny_target(vocab=16)
     head = random_head(target, vocab=[0, 1, 2, 3, 5, 6, 8, 9, 10, 12, 13, 15])

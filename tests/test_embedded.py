@@ -7,7 +7,7 @@ import torch
 from eagle2.api import run
 from eagle2.prompts import read_prompts
 from eagle2.config import ASSETS, DecodeConfig
-from eagle2.engine import encode_prompt
+from eagle2.decode.engine import encode_prompt
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +71,7 @@ def test_plain_decoding_is_one_token_per_forward(embedded, references):
 
 
 def test_partial_utf8_tokens_are_shown_by_their_bytes(embedded):
-    from eagle2.tokens import TokenText
+    from eagle2.decode.tokens import TokenText
 
     tok = embedded.tokenizer
     ids = tok("smile 😀 and 中文 مرحبا")["input_ids"]

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from eagle2.config import DecodeConfig
-from eagle2.engine import Decoder
-from eagle2.lookup import continuation
-from eagle2.records import ACCEPTED, KEPT, PRUNED, REJECTED, ROOT, UNEXPANDED, StepRecord, Trace
-from eagle2.rerank import select_dynamic
+from eagle2.decode.engine import Decoder
+from eagle2.decode.lookup import continuation
+from eagle2.decode.records import ACCEPTED, KEPT, PRUNED, REJECTED, ROOT, UNEXPANDED, StepRecord, Trace
+from eagle2.decode.rerank import select_dynamic
 
 PROMPT = [3, 1, 4, 1, 5, 7, 2, 6]
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from eagle2.engine import encode_prompt
+from eagle2.decode.engine import encode_prompt
 from eagle2.train.instructions import PromptFilter, pre_query_ids, write_instructions
 
 EVAL = ["Compose an engaging travel blog post about a recent trip to Hawaii, highlighting cultural experiences.",

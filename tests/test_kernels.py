@@ -8,7 +8,7 @@ from eagle2 import cpu
 from eagle2.config import DecodeConfig
 from eagle2.cpu import onednn
 from eagle2.cpu.linear import FastLinear
-from eagle2.engine import Decoder
+from eagle2.decode.engine import Decoder
 from tests.conftest import CharTokenizer, tiny_target
 
 pytestmark = pytest.mark.skipif(not onednn.available(torch.zeros(1)), reason="no oneDNN on this machine")

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from eagle2.config import DecodeConfig, cut_tree, parse_tree
-from eagle2.methods import (EAGLE2_KINDS, LABELS, OURS, STATIC_NODES, Shared, budget_note, check_methods, config_for,
-                            settings_of, tunable)
+from eagle2.decode.methods import (EAGLE2_KINDS, LABELS, OURS, STATIC_NODES, Shared, budget_note, check_methods,
+                                   config_for, settings_of, tunable)
 
 
 def test_every_name_runs_as_itself_and_says_so():

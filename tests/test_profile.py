@@ -6,7 +6,7 @@ import torch
 
 import eagle2.profile as profile
 from eagle2.loading import Bundle
-from eagle2.records import KEPT, ROOT, Node, StepRecord
+from eagle2.decode.records import KEPT, ROOT, Node, StepRecord
 from viz.costs import break_even, cost_figure
 
 COSTS = {"measured": "2026-01-01 00:00", "verify_ms": {"1": 30.0, "2": 31.0, "4": 33.0, "8": 41.0, "26": 70.0},

@@ -6,9 +6,9 @@ import random
 import pytest
 
 from eagle2.config import DecodeConfig
-from eagle2.engine import Decoder
+from eagle2.decode.engine import Decoder
 from eagle2.replay import accept_by_size, replay_tau, size_curve
-from eagle2.rerank import select_dynamic
+from eagle2.decode.rerank import select_dynamic
 
 _rng = random.Random(1)
 PROMPTS = [[_rng.randrange(1, 16) for _ in range(_rng.randrange(3, 9))] for _ in range(10)]
@@ -79,7 +79,7 @@ def test_static_replay_equals_running_the_cut_tree(embedded):
     from eagle2.api import decoder_for
     from eagle2.autotune import warmup_texts
     from eagle2.config import parse_tree
-    from eagle2.engine import encode_prompt
+    from eagle2.decode.engine import encode_prompt
 
     dec = decoder_for(embedded)
     full = DecodeConfig(method="eagle1", max_new_tokens=2)

@@ -10,7 +10,7 @@ from eagle2.cpu import onednn
 from eagle2.cpu import rows as rowkernel
 from eagle2.cpu.linear import FastLinear
 from eagle2.config import DecodeConfig
-from eagle2.engine import Decoder
+from eagle2.decode.engine import Decoder
 from tests.conftest import CharTokenizer, tiny_target
 
 pytestmark = pytest.mark.skipif(rowkernel.why_not() is not None or not onednn.available(torch.zeros(1)),

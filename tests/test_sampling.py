@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import eagle2.engine as engine
+import eagle2.decode.engine as engine
 from eagle2.config import DecodeConfig
-from eagle2.engine import Decoder
+from eagle2.decode.engine import Decoder
 from eagle2.head import new_head
-from eagle2.verify import Decision, target_probs
+from eagle2.decode.verify import Decision, target_probs
 from tests.conftest import CharTokenizer, tiny_target
 
 pytestmark = pytest.mark.statistical

@@ -6,8 +6,8 @@ import torch
 from transformers import DynamicCache
 
 from eagle2.config import DecodeConfig, parse_tree
-from eagle2.rerank import Candidate, select_dynamic
-from eagle2.tree import ancestor_matrix, depths, tree_inputs
+from eagle2.decode.rerank import Candidate, select_dynamic
+from eagle2.decode.tree import ancestor_matrix, depths, tree_inputs
 from tests.conftest import tiny_target
 
 

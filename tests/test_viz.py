@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle2.records import ACCEPTED, KEPT, PRUNED, REJECTED, ROOT, UNEXPANDED, UNREACHED, Node, StepRecord
+from eagle2.decode.records import ACCEPTED, KEPT, PRUNED, REJECTED, ROOT, UNEXPANDED, UNREACHED, Node, StepRecord
 from viz import (
     accept_length_figure,
     calibration_figure,

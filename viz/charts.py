@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 import plotly.graph_objects as go
 
-from eagle2.records import ACCEPTED, KEPT, REJECTED, Node, StepRecord, summarise
+from eagle2.decode.records import ACCEPTED, KEPT, REJECTED, Node, StepRecord, summarise
 from viz.colours import colour
 from viz.empty import note_figure
 

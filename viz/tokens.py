@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 
-from eagle2.records import StepRecord
+from eagle2.decode.records import StepRecord
 
 # source -> (background colour, tooltip wording)
 _SOURCES = {

@@ -13,7 +13,7 @@ import math
 
 import plotly.graph_objects as go
 
-from eagle2.records import PRUNED, REJECTED, ROOT, UNEXPANDED, Node, StepRecord
+from eagle2.decode.records import PRUNED, REJECTED, ROOT, UNEXPANDED, Node, StepRecord
 from viz.empty import note_figure
 from viz.labels import label_html
 from viz.layout import tidy_layout

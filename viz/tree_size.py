@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from eagle2.records import StepRecord
+from eagle2.decode.records import StepRecord
 from eagle2.replay import size_curve
 from viz.colours import colour
 from viz.empty import note_figure

@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 from transformers import DynamicCache
 
-from ..engine import encode_prompt
+from ..decode.engine import encode_prompt
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ def self_prompts(target, tokenizer, count: int, exclude: list[str], openers: lis
 def references(tok, files: list[str], max_prompt_tokens: int, eos: int, context: int = 64) -> eagle3.Answers:
     """The prompt files' reference answers (Alpaca's `output`) after their prompts, ended by EOS: text the
     target reads teacher-forced (its own next-token distributions are still the labels)."""
-    from ..engine import encode_prompt
+    from ..decode.engine import encode_prompt
     from ..prompts import read_rows
 
     out = eagle3.Answers([], [])
@@ -77,7 +77,7 @@ def references(tok, files: list[str], max_prompt_tokens: int, eos: int, context:
 
 
 def run(args: argparse.Namespace, target, tok) -> dict:
-    from ..engine import encode_prompt
+    from ..decode.engine import encode_prompt
     from ..head3 import save
     from ..prompts import read_prompts
     from .card import hardware, write_card3

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .config import STATIC_PRESET, DecodeConfig, cut_tree, load_tree_presets, parse_tree
+from ..config import STATIC_PRESET, DecodeConfig, cut_tree, load_tree_presets, parse_tree
 
 EAGLE2_KINDS = ("eagle2", "eagle2_sized", "eagle2_lookup", "eagle2_sized_lookup")
 OURS = ("vanilla", "eagle1", *EAGLE2_KINDS)

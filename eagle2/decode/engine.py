@@ -2,7 +2,7 @@
 
 One loop serves EAGLE-2 (dynamic tree), EAGLE-1 (static tree) and plain decoding (an empty tree); the trees
 grow in draft.py. The target is a stock transformers causal LM driven with a 4D additive mask, explicit
-position ids and its own DynamicCache (with layers that have room to grow, eagle2/cache.py); after each
+position ids and its own DynamicCache (with layers that have room to grow, eagle2/decode/cache.py); after each
 verify only the prefix and the accepted path stay in that cache. The draft head's cache likewise keeps
 committed positions only. Faster kernels, where the machine has them, come in through the constructor
 (`draft_linear`, `greedy`); the loop is the same without them.
@@ -18,7 +18,7 @@ import torch
 from transformers import DynamicCache
 
 from .cache import keep_positions, new_cache
-from .config import DecodeConfig
+from ..config import DecodeConfig
 from .draft import LOG_FLOOR, DraftTree
 from .lookup import continuation
 from .records import KEPT, PRUNED, ROOT, UNEXPANDED, Node, StepRecord

@@ -11,7 +11,7 @@ from typing import Protocol
 
 import torch
 
-from .config import DecodeConfig
+from ..config import DecodeConfig
 from .rerank import Candidate, cutoff, floors, select_dynamic
 from .tree import static_children
 
