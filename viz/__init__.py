@@ -13,6 +13,7 @@ from viz.layout import tidy_layout
 from viz.tokens import legend_html, tokens_html
 from viz.tree_size import tree_size_figure, tree_size_table
 from viz.tree_figure import bonus_entry, node_class, tree_figure
+from viz.unfold import Stage, stage_names, stages, unfold_figure, unfold_text
 
 __all__ = [
     "accept_length_figure",
@@ -27,10 +28,15 @@ __all__ = [
     "node_class",
     "position_heatmap",
     "position_table",
+    "Stage",
+    "stage_names",
+    "stages",
     "tidy_layout",
     "tokens_html",
     "tree_figure",
     "tree_size_figure",
     "tree_size_table",
+    "unfold_figure",
+    "unfold_text",
     "visible_text",
 ]
