@@ -215,7 +215,7 @@ def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", k
     `draft_dtype`: the head's weights (`draft_dtype_for`: int8 rows or a dtype); the target keeps its own, so
     outputs do not change. `dtype`: the target's on CUDA (`pick_device`)."""
     from . import cpu
-    from .head import load_head, new_head
+    from .heads.eagle import load_head, new_head
 
     if kernels not in cpu.KERNELS:
         raise ValueError(f"kernels must be one of {', '.join(cpu.KERNELS)}, not {kernels!r}")

@@ -37,7 +37,7 @@ def tiny_target(vocab: int = 16, seed: int = 0, std: float = 0.02) -> LlamaForCa
 
 @pytest.fixture
 def tiny():
-    from eagle2.head import new_head
+    from eagle2.heads.eagle import new_head
 
     target = tiny_target()
     return target, new_head(target, seed=1), CharTokenizer()

@@ -94,7 +94,7 @@ def test_the_int8_kernel_bounds_every_exact_score_from_above_as_its_formula_says
 
 
 def test_it_applies_to_a_fast_lm_head_only_and_the_output_is_unchanged():
-    from eagle2.head import new_head
+    from eagle2.heads.eagle import new_head
 
     target = tiny_target(vocab=16, std=0.5)
     head = new_head(target, seed=1)

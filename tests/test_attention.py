@@ -10,7 +10,7 @@ from eagle2.cpu.attention import NAME, use_tree_sdpa
 from eagle2.decode.cache import new_cache
 from eagle2.config import DecodeConfig
 from eagle2.decode.engine import Decoder
-from eagle2.head import new_head
+from eagle2.heads.eagle import new_head
 from eagle2.decode.tree import tree_inputs
 from tests.conftest import CharTokenizer, tiny_target
 

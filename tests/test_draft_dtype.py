@@ -11,7 +11,7 @@ from eagle2.cpu import onednn
 from eagle2.cpu import rows as rowkernel
 from eagle2.config import DecodeConfig
 from eagle2.decode.engine import Decoder
-from eagle2.head import new_head
+from eagle2.heads.eagle import new_head
 from tests.conftest import CharTokenizer, tiny_target
 
 
@@ -105,7 +105,7 @@ def test_the_real_model_with_the_other_draft_dtypes_equals_greedy(embedded):
     """Whichever `auto` gave the session's bundle, the other cheap drafts decode the same tokens too."""
     from eagle2.api import decoder_for
     from eagle2.decode.engine import encode_prompt
-    from eagle2.head import load_head
+    from eagle2.heads.eagle import load_head
 
     ids = encode_prompt(embedded.tokenizer, "Write a short poem about autumn leaves.")
     cfg = DecodeConfig(method="eagle2", max_new_tokens=40)

@@ -9,8 +9,8 @@ from safetensors.torch import load_file
 from transformers import DynamicCache
 
 from conftest import tiny_target
-from eagle2 import head3
-from eagle2.head import head_kind, load_head
+from eagle2.heads import eagle3 as head3
+from eagle2.heads.eagle import head_kind, load_head
 from eagle2.train import eagle3
 from eagle2.decode.tree import additive_mask
 

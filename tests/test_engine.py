@@ -67,7 +67,7 @@ def kept_paths(r: StepRecord) -> set[tuple[int, ...]]:
 
 def confident_head(target, scale: float):
     """A random head whose output layers are scaled up, so its draft is peaked and deep paths make the cut."""
-    from eagle2.head import new_head
+    from eagle2.heads.eagle import new_head
 
     head = new_head(target, seed=1)
     with torch.no_grad():
@@ -108,7 +108,7 @@ def test_static_tree_shape_is_the_preset(tiny):
 
 def oracle_setup(tiny):
     """vocab 8 with top_k 8: the root's children cover every token, so each step accepts at least one."""
-    from eagle2.head import new_head
+    from eagle2.heads.eagle import new_head
     from tests.conftest import tiny_target
 
     target = tiny_target(vocab=8, std=0.3)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from eagle2.head import load_head, new_head, save_head
+from eagle2.heads.eagle import load_head, new_head, save_head
 from tests.conftest import tiny_target
 
 

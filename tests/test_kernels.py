@@ -15,7 +15,7 @@ pytestmark = pytest.mark.skipif(not onednn.available(torch.zeros(1)), reason="no
 
 
 def test_fast_linears_give_the_same_products_and_the_same_greedy_text():
-    from eagle2.head import new_head
+    from eagle2.heads.eagle import new_head
 
     target = tiny_target(vocab=16, std=0.5)
     head = new_head(target, seed=1)

@@ -50,7 +50,7 @@ def test_a_row_gets_the_same_bits_whatever_rows_share_the_call(built):
 
 def test_dispatch_by_rows_and_the_same_greedy_text(built, monkeypatch):
     target = tiny_target(vocab=16, std=0.5)
-    from eagle2.head import new_head
+    from eagle2.heads.eagle import new_head
 
     head = new_head(target, seed=1)
     dec = Decoder(target, head, CharTokenizer())

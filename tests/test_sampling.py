@@ -13,7 +13,7 @@ import torch
 import eagle2.decode.engine as engine
 from eagle2.config import DecodeConfig
 from eagle2.decode.engine import Decoder
-from eagle2.head import new_head
+from eagle2.heads.eagle import new_head
 from eagle2.decode.verify import Decision, target_probs
 from tests.conftest import CharTokenizer, tiny_target
 

@@ -89,7 +89,7 @@ A one-layer EAGLE draft head for speculative decoding, trained by self-distillat
 hidden state, and proposes tokens through the target's own `lm_head`; the target verifies every proposal.
 
 - Layout of the official EAGLE checkpoints: `config.json` + `model.safetensors` (float16, no `embed_tokens`:
-  the target's embedding and `lm_head` are used). Load with `eagle2.head.load_head(dir, target)`.
+  the target's embedding and `lm_head` are used). Load with `eagle2.heads.eagle.load_head(dir, target)`.
 
 ## Training data and licences
 
@@ -154,7 +154,7 @@ eagle3`). It fuses the target's hidden states entering layers {", ".join(map(str
 - Layout of the official EAGLE-3 checkpoints: `config.json` (`LlamaForCausalLMEagle3`, `draft_vocab_size`) +
   `model.safetensors` (float16: `fc`, `midlayer.*`, `norm`, `lm_head`, `d2t`, `t2d`; no `embed_tokens`).
   `draft_vocab.safetensors` (this project's) lists the draft vocabulary most frequent first.
-  Load with `eagle2.head.load_head(dir, target)` or `--head DIR`.
+  Load with `eagle2.heads.eagle.load_head(dir, target)` or `--head DIR`.
 
 ## Training data and licences
 

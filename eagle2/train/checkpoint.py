@@ -5,7 +5,7 @@ from pathlib import Path
 
 import torch
 
-from ..head import DraftHead, load_head, new_head
+from ..heads.eagle import DraftHead, load_head, new_head
 
 
 def trainable(head: DraftHead) -> dict[str, torch.Tensor]:

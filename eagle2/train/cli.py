@@ -172,7 +172,7 @@ def _draft_vocab(args: argparse.Namespace, out: str) -> None:
     the head, so the draft scores only those (lossless: the target still verifies over the full vocabulary)."""
     if not args.draft_vocab:
         return
-    from ..head import save_draft_vocab
+    from ..heads.eagle import save_draft_vocab
     from .batches import load_split
     from .loop import data_vocab, target_choices
 
@@ -186,7 +186,7 @@ def _draft_vocab(args: argparse.Namespace, out: str) -> None:
 
 def _export(target, ckpt_dir: str, data_dir: str | list, out: str, report: dict) -> None:
     """Save the newest checkpoint's head (fp16, official layout) and its model card."""
-    from ..head import save_head
+    from ..heads.eagle import save_head
     from .card import write_card
     from .checkpoint import load_latest_head
 

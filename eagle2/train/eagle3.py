@@ -23,8 +23,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from .. import head3
-from ..head import _to_llama_config, head_config_for
+from ..heads import eagle3 as head3
+from ..heads.eagle import _to_llama_config, head_config_for
 from .batches import by_length
 
 ANSWERS = "answers.safetensors"

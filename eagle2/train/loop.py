@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 from transformers import DynamicCache
 
-from ..head import DraftHead
+from ..heads.eagle import DraftHead
 from .checkpoint import initial_weights, latest_checkpoint, load_latest_head, save_checkpoint, trainable_head
 from .batches import causal_mask, collate, load_split, make_batches, split, trim
 from .data import Sequence

@@ -78,7 +78,7 @@ def references(tok, files: list[str], max_prompt_tokens: int, eos: int, context:
 
 def run(args: argparse.Namespace, target, tok) -> dict:
     from ..decode.engine import encode_prompt
-    from ..head3 import save
+    from ..heads.eagle3 import save
     from ..prompts import read_prompts
     from .card import hardware, write_card3
 

@@ -16,8 +16,8 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-from . import head3
-from .config import LIMITS
+from . import eagle3 as head3
+from ..config import LIMITS
 
 DRAFT_VOCAB = "draft_vocab.safetensors"
 CONFIG_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
