@@ -19,7 +19,7 @@ import sys
 from app_parts.presets import CACHE, load_presets
 from app_parts.runner import generate
 from app_parts.settings import RunRequest, configs
-from eagle2.prompts import read_prompts
+from eagle2.tools.prompts import read_prompts
 
 PROMPTS = ["Explain in three sentences why the sky is blue.",
            "Write a short poem about a lighthouse keeper who talks to the sea.",

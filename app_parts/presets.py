@@ -15,7 +15,7 @@ from pathlib import Path
 
 from eagle2.config import ASSETS
 from eagle2.loading import DTYPES, Bundle, load, pick_device
-from eagle2.profile import load_profile, machine_profile, warm_up
+from eagle2.tools.profile import load_profile, machine_profile, warm_up
 
 NEEDS = ("cuda", "hub")
 HALF_NOTE = ("In {dtype}, a tree forward over many rows rounds differently from a one-row forward, so the text can "
@@ -141,7 +141,7 @@ class BundleCache:
 
     def profile(self, preset: ModelPreset, bundle: Bundle,
                 progress: Callable[[float, str], None] | None = None) -> dict | None:
-        """This machine's profile for a loaded preset (eagle2/profile.py: the paper's EAGLE-2 at its fastest size
+        """This machine's profile for a loaded preset (eagle2/tools/profile.py: the paper's EAGLE-2 at its fastest size
         here, and the costs measured on the way), tuned on first use and cached on disk; None off a CPU, where
         the page uses the paper's settings."""
         if bundle.device.type != "cpu":

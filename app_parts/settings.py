@@ -123,7 +123,7 @@ def check_prompt(prompt: str | None) -> str:
 
 def sizes(req: RunRequest, profile: dict | None = None) -> tuple[dict, tuple[tuple[int, ...], ...]]:
     """EAGLE-2's size ({total_tokens, depth, top_k, draft_tokens}) and EAGLE-1's tree for the request's sizing.
-    "tuned" takes the machine's profile (eagle2/profile.py; the paper's settings where there is none, as on
+    "tuned" takes the machine's profile (eagle2/tools/profile.py; the paper's settings where there is none, as on
     CUDA) with EAGLE-1 cut to the same budget; "paper" the paper's settings against the whole mc_sim_7b_63."""
     if req.sizing not in SIZINGS:
         raise ValueError(f"sizing must be one of {', '.join(SIZINGS)}, not {req.sizing!r}")

@@ -1,8 +1,8 @@
 """The page's workload tab: diagnose an uploaded prompt file as `python -m eagle2 diagnose` does, within bounds.
 
-Each prompt is decoded greedily once with the large recorded tree (eagle2/diagnose.py's RECORD), every smaller
+Each prompt is decoded greedily once with the large recorded tree (eagle2/tools/diagnose.py's RECORD), every smaller
 shape replayed from those records, and the report drawn from its JSON alone. The machine's costs come from
-the page's profile (eagle2/profile.py) when it has been measured, so no extra timing runs here. Bounded for a
+the page's profile (eagle2/tools/profile.py) when it has been measured, so no extra timing runs here. Bounded for a
 public page: a small file, few prompts, short answers; Stop ends it after the current step and keeps what
 was decoded.
 """
@@ -21,9 +21,9 @@ from app_parts.presets import ModelPreset, load_presets
 from app_parts.session import RunControl
 from eagle2.api import encode_prompt, stream
 from eagle2.config import DecodeConfig
-from eagle2.diagnose import RECORD, report, write
+from eagle2.tools.diagnose import RECORD, report, write
 from eagle2.loading import Bundle
-from eagle2.prompts import read_rows
+from eagle2.tools.prompts import read_rows
 from viz.empty import note_figure
 from viz.workload import curves_figure, position_figure
 

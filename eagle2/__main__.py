@@ -6,7 +6,7 @@ import json
 import sys
 from dataclasses import replace
 
-from .cli_common import decode_args, prepare, tune_shared
+from .tools.cli_common import decode_args, prepare, tune_shared
 from .decode.methods import OURS, budget_note, config_for, settings_of
 
 
@@ -37,7 +37,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
             out["tuned"] = tuned
         steps = [r for r in res.records if r.nodes]
         if cfg.method in ("eagle2", "eagle1") and cfg.greedy and not cfg.lookup and not cfg.sized and steps:
-            from .replay import size_curve
+            from .tools.replay import size_curve
 
             # what a tree of 1, 2, ... N nodes would have accepted a step on this run's own steps (EAGLE-1: its
             # static tree cut breadth first)
@@ -61,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     decode_args(g)
     g.set_defaults(func=cmd_generate)
 
-    from . import bench
+    from .tools import bench
     bench.add_parser(sub, decode_args)
-    from . import diagnose
+    from .tools import diagnose
     diagnose.add_parser(sub)
     try:
         from .train import cli as train_cli

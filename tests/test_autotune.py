@@ -8,8 +8,9 @@ from dataclasses import replace
 import pytest
 
 from eagle2.api import decoder_for
-from eagle2.autotune import EXPAND_TIMES, MARGIN, MIN_PROBS, Option, choose, label, time_verify, tune, warmup_texts
-from eagle2.replay import accept_top_k, accept_with_floors, replay_runs, replay_tau
+from eagle2.tools.autotune import (EXPAND_TIMES, MARGIN, MIN_PROBS, Option, choose, label, time_verify, tune,
+                                  warmup_texts)
+from eagle2.tools.replay import accept_top_k, accept_with_floors, replay_runs, replay_tau
 from eagle2.config import DecodeConfig
 from eagle2.decode.engine import Decoder, encode_prompt
 

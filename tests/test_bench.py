@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from eagle2.bench import by_category, format_categories, format_table, run_bench
-from eagle2.prompts import PromptRow, read_rows
+from eagle2.tools.bench import by_category, format_categories, format_table, run_bench
+from eagle2.tools.prompts import PromptRow, read_rows
 from eagle2.config import DecodeConfig
 from eagle2.loading import Bundle
 

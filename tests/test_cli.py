@@ -60,7 +60,7 @@ def test_generate_plain_text_and_errors(capsys):
 def test_lookup_tokens_reach_the_lookup_methods_only():
     import argparse
 
-    from eagle2.cli_common import config_from, decode_args
+    from eagle2.tools.cli_common import config_from, decode_args
 
     p = argparse.ArgumentParser()
     decode_args(p)
@@ -87,7 +87,7 @@ def test_bench_writes_the_json_contract(tmp_path, capsys):
 
 
 def test_bench_total_tokens_auto_tunes_each_method_for_itself(tmp_path, capsys, monkeypatch):
-    from eagle2 import autotune
+    from eagle2.tools import autotune
 
     monkeypatch.setattr(autotune, "SIZES", (4, 8, 16))  # a smaller grid than the real one, to keep the test short
     monkeypatch.setattr(autotune, "DEPTHS", (2, 4))
@@ -162,7 +162,7 @@ def test_train_rejects_a_soft_label_temperature_that_is_not_above_zero(capsys):
 def test_every_tree_method_drafts_over_the_same_vocabulary():
     import argparse
 
-    from eagle2.cli_common import config_from, decode_args, shared_from
+    from eagle2.tools.cli_common import config_from, decode_args, shared_from
     from eagle2.decode.methods import config_for
 
     p = argparse.ArgumentParser()

@@ -7,11 +7,11 @@ import re
 
 import pytest
 
-from eagle2 import diagnose
-from eagle2 import workload as wl
+from eagle2.tools import diagnose
+from eagle2.tools import workload as wl
 from eagle2.config import DecodeConfig, cut_tree
 from eagle2.decode.engine import Decoder
-from eagle2.serving import (ConstraintError, Shape, check_sglang, sglang_flags, tensorrt_llm_config,
+from eagle2.tools.serving import (ConstraintError, Shape, check_sglang, sglang_flags, tensorrt_llm_config,
                             vllm_config)
 
 _rng = random.Random(3)

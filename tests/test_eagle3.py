@@ -171,7 +171,7 @@ def test_the_draft_is_the_eagle3_heads():
 
 def test_serving_settings_and_describe_line_name_the_head_kind():
     from eagle2.loading import Bundle
-    from eagle2.serving import Shape, sglang_flags, tensorrt_llm_config, vllm_config
+    from eagle2.tools.serving import Shape, sglang_flags, tensorrt_llm_config, vllm_config
 
     assert "--speculative-algorithm EAGLE3 " in sglang_flags(Shape(3, 4, 8), kind="eagle3")
     assert "--speculative-algorithm EAGLE " in sglang_flags(Shape(3, 4, 8))

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from eagle2.api import run
-from eagle2.prompts import read_prompts
+from eagle2.tools.prompts import read_prompts
 from eagle2.config import ASSETS, DecodeConfig
 from eagle2.decode.engine import encode_prompt
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import eagle2.profile as profile
+import eagle2.tools.profile as profile
 from eagle2.loading import Bundle
 from eagle2.decode.records import KEPT, ROOT, Node, StepRecord
 from viz.costs import break_even, cost_figure

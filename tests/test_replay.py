@@ -7,7 +7,7 @@ import pytest
 
 from eagle2.config import DecodeConfig
 from eagle2.decode.engine import Decoder
-from eagle2.replay import accept_by_size, replay_tau, size_curve
+from eagle2.tools.replay import accept_by_size, replay_tau, size_curve
 from eagle2.decode.rerank import select_dynamic
 
 _rng = random.Random(1)
@@ -77,7 +77,7 @@ def test_static_replay_equals_running_the_cut_tree(embedded):
     """The first step has the same context in both runs: the 26-node tree's replay at n nodes must give what
     the tree cut to its first n - 1 paths accepts."""
     from eagle2.api import decoder_for
-    from eagle2.autotune import warmup_texts
+    from eagle2.tools.autotune import warmup_texts
     from eagle2.config import parse_tree
     from eagle2.decode.engine import encode_prompt
 

@@ -5,7 +5,7 @@ import torch
 
 from eagle2.config import DecodeConfig
 from eagle2.loading import Bundle
-from eagle2.sweep import run_sweep, static_variants
+from eagle2.tools.sweep import run_sweep, static_variants
 from viz.sweep import sweep_figure
 
 

@@ -11,7 +11,7 @@ import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from eagle2.heads.eagle import load_head, save_head
-from eagle2.prompts import read_prompts
+from eagle2.tools.prompts import read_prompts
 from eagle2.train.data import (GREEDY, SAMPLED, TEACHER, Sequence, load_sequences, read_shard,
                                generate_responses, target_features, target_features_argmax, write_shard)
 from eagle2.train.checkpoint import latest_checkpoint, load_latest_head, trainable_head

@@ -1,5 +1,5 @@
 """What a tree size costs on this machine: the accept length each size needs to beat plain decoding, from the
-costs the tuner measured (eagle2/profile.py), with the run's own trees marked on it.
+costs the tuner measured (eagle2/tools/profile.py), with the run's own trees marked on it.
 
 A step of a tree of n nodes at depth d costs verify(n) + rest(d) (rest: drafting d levels, commit, the
 record); a step of plain decoding costs about one verify of a single row. So the tree beats plain decoding
@@ -11,7 +11,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from eagle2.decode.records import StepRecord
-from eagle2.serving import interpolate
+from eagle2.tools.serving import interpolate
 from viz.colours import colour
 from viz.empty import note_figure
 

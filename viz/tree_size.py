@@ -2,7 +2,7 @@
 
 Every step records the nodes it drafted with their scores, and the target's choice after each node it
 verified. Had an EAGLE-2 step kept only its n best nodes, the target would have accepted the part of its
-recorded path among them (`eagle2.replay`); an EAGLE-1 tree cut to its first n nodes (breadth first, as
+recorded path among them (`eagle2.tools.replay`); an EAGLE-1 tree cut to its first n nodes (breadth first, as
 its paths are listed) likewise. So one run tells what every smaller tree of either kind would have
 accepted on the same steps, without decoding again: the gap between the two curves is what choosing the
 tree per context buys at each node budget. Greedy runs only: a sampled verdict depends on the random
@@ -15,7 +15,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from eagle2.decode.records import StepRecord
-from eagle2.replay import size_curve
+from eagle2.tools.replay import size_curve
 from viz.colours import colour
 from viz.empty import note_figure
 

@@ -1,4 +1,4 @@
-"""Figures and a standalone HTML page for a workload diagnosis (`eagle2.diagnose`), from its JSON report only."""
+"""Figures and a standalone HTML page for a workload diagnosis (`eagle2.tools.diagnose`), from its JSON report only."""
 from __future__ import annotations
 
 import html

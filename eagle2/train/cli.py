@@ -48,7 +48,7 @@ def _generation_dtype(choice: str, device: torch.device, default: torch.dtype) -
 
 def cmd_generate(args: argparse.Namespace) -> None:
     """Self-distil: the target answers the prompts; its tokens and features go to shards."""
-    from ..prompts import read_rows
+    from ..tools.prompts import read_rows
     from .data import GenConfig, generate_dataset, measure_throughput
 
     rows = [(r.prompt, r.reference) for r in read_rows(args.prompts)]
@@ -107,7 +107,7 @@ def cmd_heldout(args: argparse.Namespace) -> None:
 
 def cmd_instructions(args: argparse.Namespace) -> None:
     """The target writes new user prompts (jsonl) that share no long word sequence with --exclude files."""
-    from ..prompts import read_prompts
+    from ..tools.prompts import read_prompts
     from .instructions import write_instructions
 
     target, tok = _load_target(args)

@@ -59,7 +59,7 @@ def references(tok, files: list[str], max_prompt_tokens: int, eos: int, context:
     """The prompt files' reference answers (Alpaca's `output`) after their prompts, ended by EOS: text the
     target reads teacher-forced (its own next-token distributions are still the labels)."""
     from ..decode.engine import encode_prompt
-    from ..prompts import read_rows
+    from ..tools.prompts import read_rows
 
     out = eagle3.Answers([], [])
     for f in files:
@@ -79,7 +79,7 @@ def references(tok, files: list[str], max_prompt_tokens: int, eos: int, context:
 def run(args: argparse.Namespace, target, tok) -> dict:
     from ..decode.engine import encode_prompt
     from ..heads.eagle3 import save
-    from ..prompts import read_prompts
+    from ..tools.prompts import read_prompts
     from .card import hardware, write_card3
 
     t0 = time.time()

@@ -21,12 +21,12 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 
-from .decode.cache import new_cache
-from .config import STATIC_PRESET, DecodeConfig, cut_tree, parse_tree
-from .decode.engine import Decoder, truncate
-from .decode.records import StepRecord
+from ..decode.cache import new_cache
+from ..config import STATIC_PRESET, DecodeConfig, cut_tree, parse_tree
+from ..decode.engine import Decoder, truncate
+from ..decode.records import StepRecord
 from .replay import accept_with_floors, replay_runs
-from .decode.rerank import floors
+from ..decode.rerank import floors
 from .serving import interpolate
 
 SIZES = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 26, 32, 40, 48, 60)
@@ -286,7 +286,7 @@ def warmup_texts(n: int | None = None) -> list[str]:
     it; and not only easy ones, since a warm-up that accepts more than the real work does picks trees too deep."""
     import json
 
-    from .config import ASSETS
+    from ..config import ASSETS
 
     return [row["prompt"] for row in json.loads((ASSETS / "tuning.json").read_text())[:n]]
 
@@ -320,9 +320,9 @@ def tune_for(bundle, methods: list[str], shared, progress=None, draft_tokens: in
     """Tune what `methods` need on the shipped tuning prompts (a minute or two on 2 CPU cores); returns the
     Tuning and `shared` with each method's choice in `tuned`. Without `draft_tokens` it also chooses between the
     head's whole draft vocabulary and its first NARROW_DRAFT tokens, for every tree method alike."""
-    from .api import decoder_for
-    from .decode.engine import encode_prompt
-    from .decode.methods import tunable
+    from ..api import decoder_for
+    from ..decode.engine import encode_prompt
+    from ..decode.methods import tunable
 
     dec = decoder_for(bundle)
     wanted = tunable(methods, shared.tree is not None)

@@ -8,7 +8,7 @@ run's accept length against tree size with it. Greedy only: sampling accepts by 
 """
 from __future__ import annotations
 
-from .decode.records import StepRecord
+from ..decode.records import StepRecord
 
 
 def accept_by_size(r: StepRecord, max_nodes: int, depth: int | None = None, static: bool = False) -> list[int]:

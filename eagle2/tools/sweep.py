@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 
-from .config import DecodeConfig, parse_tree
+from ..config import DecodeConfig, parse_tree
 
 TOTALS = (4, 8, 12, 16, 26, 40, 60)  # small trees matter on a CPU, where each verified node costs
 DEPTHS = (3, 5, 7)
@@ -28,8 +28,8 @@ def static_variants(max_depth: int = 7) -> list[tuple[str, tuple]]:
 def run_sweep(bundle, prompts: list[str], base: DecodeConfig, totals=TOTALS, depths=DEPTHS,
               progress=lambda s: print(s, file=sys.stderr)) -> list[dict]:
     """One row per configuration: method, label, total_tokens, depth, tokens_per_s, tau, speedup."""
-    from .api import run
-    from .decode.engine import encode_prompt
+    from ..api import run
+    from ..decode.engine import encode_prompt
 
     encoded = [encode_prompt(bundle.tokenizer, p) for p in prompts]
     run(bundle, encoded[0], replace(base, method="eagle2", max_new_tokens=8))  # warm-up

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import torch
 
-from .api import decoder_for, run
+from ..api import decoder_for, run
 from .autotune import NARROW_DRAFT, tune, warmup_texts
-from .config import DecodeConfig, cache_dir
-from .cpu.plan import cpu_name
-from .decode.engine import encode_prompt
-from .loading import Bundle
+from ..config import DecodeConfig, cache_dir
+from ..cpu.plan import cpu_name
+from ..decode.engine import encode_prompt
+from ..loading import Bundle
 
 PAGE_SIZES = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 26)  # up to EAGLE-1's whole tree: the page compares both
 PAGE_DEPTHS = (1, 2, 3, 4, 5, 6)

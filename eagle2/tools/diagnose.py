@@ -129,11 +129,11 @@ def say(message: str) -> None:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> None:
-    from .api import decoder_for
+    from ..api import decoder_for
     from .autotune import SIZES, time_drafting, time_verify
-    from .config import DecodeConfig
-    from .decode.engine import encode_prompt
-    from .loading import load
+    from ..config import DecodeConfig
+    from ..decode.engine import encode_prompt
+    from ..loading import load
     from .prompts import read_rows
 
     rows = read_rows(args.prompts, args.limit)

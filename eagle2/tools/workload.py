@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .config import STATIC_PRESET, cut_tree, parse_tree
-from .decode.records import ACCEPTED, KEPT, Node, StepRecord
+from ..config import STATIC_PRESET, cut_tree, parse_tree
+from ..decode.records import ACCEPTED, KEPT, Node, StepRecord
 
 STATIC_TREE = parse_tree(STATIC_PRESET, 10)  # EAGLE-1's mc_sim_7b_63: 25 paths of child ranks <= 3, depth <= 5
 STATIC_SIZES = range(2, len(STATIC_TREE) + 2)
@@ -206,7 +206,7 @@ def collapses(steps: list[Step], top: int = 8, context: int = 6) -> dict:
 def _accepted_by_engine(s: Step, kept: list[Node]) -> int:
     """Draft tokens the engine's greedy acceptance rule (`verify.accept_greedy`) takes from a tree of `kept`
     nodes, given the target's choice after each node on its path (off the path the choice cannot matter)."""
-    from .decode.verify import accept_greedy
+    from ..decode.verify import accept_greedy
 
     on_path = {n.id for n in s.path}
     nodes = [s.record.nodes[0]] + sorted(kept, key=lambda n: (n.depth, n.id))

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from .config import STATIC_PRESET
-from .decode.methods import LABELS, OURS, PEERS, STATIC_NODES, Shared, config_for, settings_of
+from ..config import STATIC_PRESET
+from ..decode.methods import LABELS, OURS, PEERS, STATIC_NODES, Shared, config_for, settings_of
 from .prompts import read_rows
 
 HF_LOOKUP_TOKENS = 10  # transformers' prompt_lookup_num_tokens default
@@ -36,8 +36,8 @@ def _hf(bundle, ids: list[int], max_new: int, lookup: bool) -> tuple[list[int], 
 
 def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: int, progress=print) -> dict:
     """Run each method on each prompt; returns {"methods": {name: metrics}, "per_prompt": [...]}."""
-    from .api import run
-    from .decode.engine import encode_prompt
+    from ..api import run
+    from ..decode.engine import encode_prompt
 
     encoded = [encode_prompt(bundle.tokenizer, p) for p in prompts]
     for m in methods:  # warm-up: first calls pay for allocation and kernel selection
@@ -97,8 +97,8 @@ def equal_budgets(bundle, prompts: list[str], shared: Shared, progress=print) ->
     given, no additions) and of EAGLE-1 (mc_sim_7b_63 cut breadth first) at each budget of EQUAL_BUDGETS nodes,
     replayed exactly from one greedy decode of each prompt with the largest tree of each kind, both drafting over
     the same vocabulary. Accept lengths are pooled as the bench counts them (`replay.replay_runs`)."""
-    from .api import run
-    from .decode.engine import encode_prompt
+    from ..api import run
+    from ..decode.engine import encode_prompt
     from .replay import replay_runs
 
     top = max(EQUAL_BUDGETS)
@@ -178,8 +178,8 @@ def cmd_bench(args: argparse.Namespace) -> None:
     import sys
 
     from .cli_common import config_from, prepare, tune_shared
-    from .loading import load
-    from .decode.methods import budget_note
+    from ..loading import load
+    from ..decode.methods import budget_note
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     rows = read_rows(args.prompts, args.limit)

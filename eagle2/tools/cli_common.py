@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .config import DecodeConfig
-from .decode.methods import OURS, Shared, check_methods, config_for, static_tree, tunable
+from ..config import DecodeConfig
+from ..decode.methods import OURS, Shared, check_methods, config_for, static_tree, tunable
 
 
 def _size(text: str) -> int | str:

@@ -1,5 +1,5 @@
 """Does each CPU kernel earn its place? End-to-end tokens/s with every piece, and with each piece left out, in one
-run on one machine (`python -m eagle2.ablate --prompts assets/bench/mt_bench.jsonl --limit 20`).
+run on one machine (`python -m eagle2.tools.ablate --prompts assets/bench/mt_bench.jsonl --limit 20`).
 
 Each variant is its own copy of the model and head, built from PyTorch's nn.Linear with the pieces of
 eagle2/cpu put back one by one; the variants take turns on every prompt, so a slow spell of the machine costs
@@ -11,13 +11,13 @@ import argparse
 import sys
 from dataclasses import replace
 
-from . import cpu
-from .cpu import rows
-from .api import run
+from .. import cpu
+from ..cpu import rows
+from ..api import run
 from .prompts import read_prompts
-from .config import DecodeConfig
-from .decode.engine import encode_prompt
-from .loading import load
+from ..config import DecodeConfig
+from ..decode.engine import encode_prompt
+from ..loading import load
 
 VARIANTS = {
     "all": "oneDNN, our row kernel, int8 draft head, bounded argmax (the default here)",
@@ -46,7 +46,7 @@ def variant(name: str, model: str, head: str | None):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m eagle2.ablate", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m eagle2.tools.ablate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompts", required=True)
     ap.add_argument("--limit", type=int, default=20)
     ap.add_argument("--max-new-tokens", type=int, default=96)
