@@ -24,7 +24,7 @@ def _plain(value, where: str) -> None:
 
 
 def test_repeated_runs_keep_compact_records_and_flat_memory(embedded):
-    from app_parts.memcheck import measure
+    from checks.memcheck import measure
 
     rows = measure(embedded, runs=4, max_new_tokens=16, report=None)
     assert [r["run"] for r in rows] == [1, 2, 3, 4]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = [p for d in ("eagle2", "viz", "app_parts") for p in (ROOT / d).rglob("*.py")] + [ROOT / "app.py"]
+SOURCES = [p for d in ("eagle2", "viz", "app_parts", "checks") for p in (ROOT / d).rglob("*.py")] + [ROOT / "app.py"]
 
 PROMPTS = {
     "emoji": "Reply with three emoji about the sea 🌊🐟",

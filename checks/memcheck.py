@@ -1,7 +1,7 @@
 """Does the app's memory stay flat over consecutive runs? Drives the page's own Generate path (engine, session,
 views) N times on one prompt and reports the process's resident memory after each run.
 
-    .venv/bin/python -m app_parts.memcheck --runs 10 --max-new-tokens 1024
+    .venv/bin/python -m checks.memcheck --runs 10 --max-new-tokens 1024
 
 Like a visitor's page, only the newest run's Session is kept; each run's step records are measured as the
 size of the trace file it would export.
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     """Command line: print one JSON line per run, then the growth after the first run."""
     from eagle2.loading import load
 
-    p = argparse.ArgumentParser(prog="python -m app_parts.memcheck", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m checks.memcheck", description=__doc__.split("\n")[0])
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--max-new-tokens", type=int, default=1024)
     p.add_argument("--prompt", default=PROMPT)

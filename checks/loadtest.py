@@ -2,8 +2,8 @@
 scripts would drive it, checked for what each visitor got, how long they waited, how quick scrubbing stayed and
 whether the server's memory came back once their sessions were freed.
 
-    .venv/bin/python -m app_parts.loadtest                 # starts the page in a process of its own, 8 visitors
-    .venv/bin/python -m app_parts.loadtest --url http://127.0.0.1:7860/ --server-pid PID
+    .venv/bin/python -m checks.loadtest                 # starts the page in a process of its own, 8 visitors
+    .venv/bin/python -m checks.loadtest --url http://127.0.0.1:7860/ --server-pid PID
 
 The server starts as `python app.py` does, without a model; one visitor first runs a short Generate, which
 loads and warms the model through the page's own path, and leaves. Then one
@@ -27,6 +27,7 @@ import html
 import json
 import os
 import re
+import runpy
 import socket
 import statistics
 import subprocess
@@ -34,6 +35,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,12 +87,19 @@ def rss_of(pid: int | None) -> float | None:
         return None
 
 
+def page() -> SimpleNamespace:
+    """app.py's functions (build_demo, calm_queue, launch_options), run from its file as `python app.py` runs
+    it but without its `__main__` block, so the page served here is the page as app.py builds it and no
+    module imports `app`."""
+    return SimpleNamespace(**runpy.run_path(str(ROOT / "app.py"), run_name="page"))
+
+
 def serve(port: int) -> None:
     """The page as app.py serves it (the model loads on the first Generate), on 127.0.0.1:`port`, printing one
     JSON line a second: the sessions that hold a run and what Gradio keeps per session. Runs until killed."""
-    import app
     from app_parts.session import Session
 
+    app = page()
     demo = app.calm_queue(app.build_demo().queue(default_concurrency_limit=1))
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
                 **app.launch_options())
@@ -112,7 +121,7 @@ class Server:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         env = {**os.environ, "EAGLE2_SESSION_TTL_S": str(ttl), "GRADIO_ANALYTICS_ENABLED": "False"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "app_parts.loadtest", "--serve", str(port)], env=env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "checks.loadtest", "--serve", str(port)], env=env,
                                      cwd=ROOT, stdout=subprocess.PIPE, text=True)
         self.url, self.pid, self.latest, self.peak_runs = f"http://127.0.0.1:{port}/", self.proc.pid, None, 0
         threading.Thread(target=self._read, daemon=True).start()
@@ -207,7 +216,7 @@ def check(v: dict, i: int, errors: list[str], deadline: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m app_parts.loadtest", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m checks.loadtest", description=__doc__.split("\n")[0])
     p.add_argument("--visitors", type=int, default=8, help="visitors who Generate at once (8 to 16)")
     p.add_argument("--ttl", type=float, default=45.0, help="session lifetime in seconds")
     p.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds in all")

@@ -2,8 +2,8 @@
 its warm-up, the machine's tuned sizing, the runner, the metrics) on a few prompts, then `python -m eagle2
 generate --json` with the same method and settings in a fresh process each, and prints both side by side.
 
-    .venv/bin/python -m app_parts.pagecheck                      # three prompts of different kinds, 64 tokens
-    .venv/bin/python -m app_parts.pagecheck --prompts FILE.jsonl --limit 5 --max-new-tokens 96
+    .venv/bin/python -m checks.pagecheck                      # three prompts of different kinds, 64 tokens
+    .venv/bin/python -m checks.pagecheck --prompts FILE.jsonl --limit 5 --max-new-tokens 96
 
 The page's first Generate after start is included (this process starts cold, as a server does). Nothing is
 drawn to a browser here; the browser tests check the page itself.
@@ -63,7 +63,7 @@ def cli_run(prompt: str, flags: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m app_parts.pagecheck", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m checks.pagecheck", description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompts", default=None, help="jsonl of prompts (default: three built-in ones)")
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--max-new-tokens", type=int, default=64)
