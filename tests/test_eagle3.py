@@ -189,7 +189,7 @@ def test_train_eagle3_end_to_end_and_resumes(tmp_path):
     import argparse
 
     from conftest import CharTokenizer
-    from eagle2.train import pipeline3
+    from eagle2.train import eagle3_pipeline as pipeline3
 
     class Tok(CharTokenizer):
         pad_token_id = 0

@@ -17,7 +17,7 @@ from eagle2.train.data import (GREEDY, SAMPLED, TEACHER, Sequence, load_sequence
 from eagle2.train.checkpoint import latest_checkpoint, load_latest_head, trainable_head
 from eagle2.train.batches import collate, load_split, make_batches
 from eagle2.train.card import write_card
-from eagle2.train.loop import TrainConfig, _remap, data_vocab, evaluate_checkpoint, head_forward, losses, train
+from eagle2.train.eagle import TrainConfig, _remap, data_vocab, evaluate_checkpoint, head_forward, losses, train
 
 torch.set_num_threads(1)
 

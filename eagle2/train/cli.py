@@ -1,5 +1,5 @@
 """Command line for draft-head training: `train instructions`, `generate`, `fit`, `evaluate`, `export`, and
-`eagle3` (an EAGLE-3 head end to end, pipeline3.py).
+`eagle3` (an EAGLE-3 head end to end, eagle3_pipeline.py).
 
     python -m eagle2 train instructions --count 2000 --exclude assets/bench/mt_bench.jsonl --out data/own_prompts.jsonl
     python -m eagle2 train generate --prompts data/own_prompts.jsonl --out data/selfdistill
@@ -131,7 +131,7 @@ def _positive(text: str) -> float:
 
 def _train_config(args: argparse.Namespace):
     """A TrainConfig from the flags that were given (the rest keep their defaults)."""
-    from .loop import TrainConfig
+    from .eagle import TrainConfig
 
     names = {f.name for f in fields(TrainConfig)}
     return TrainConfig(**{k: v for k, v in vars(args).items() if k in names and v is not None})
@@ -139,7 +139,7 @@ def _train_config(args: argparse.Namespace):
 
 def cmd_fit(args: argparse.Namespace) -> None:
     """Train (or resume training) a head on the shards in --data; checkpoints go to --out."""
-    from .loop import train
+    from .eagle import train
 
     target, _ = _load_target(args)
     report = train(target, args.data, args.out, _train_config(args), init=args.init, train_only=args.train_only)
@@ -151,7 +151,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     """Depth-1 top-k agreement of the latest checkpoint's head with the target on the held-out split."""
-    from .loop import evaluate_checkpoint
+    from .eagle import evaluate_checkpoint
 
     target, _ = _load_target(args)
     print(json.dumps(evaluate_checkpoint(target, args.data, args.ckpt, _train_config(args)), indent=1))
@@ -159,7 +159,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 def cmd_export(args: argparse.Namespace) -> None:
     """Write the latest checkpoint's head in the official layout with a model card."""
-    from .loop import evaluate_checkpoint
+    from .eagle import evaluate_checkpoint
 
     target, _ = _load_target(args)
     report = evaluate_checkpoint(target, args.data, args.ckpt, _train_config(args))
@@ -174,7 +174,7 @@ def _draft_vocab(args: argparse.Namespace, out: str) -> None:
         return
     from ..heads.eagle import save_draft_vocab
     from .batches import load_split
-    from .loop import data_vocab, target_choices
+    from .eagle import data_vocab, target_choices
 
     train_set, _ = load_split(args.data, _train_config(args).heldout_every, args.train_only)
     labels = target_choices(train_set)
@@ -197,8 +197,8 @@ def _export(target, ckpt_dir: str, data_dir: str | list, out: str, report: dict)
 
 
 def cmd_eagle3(args: argparse.Namespace) -> None:
-    """Train an EAGLE-3 head end to end (pipeline3.py)."""
-    from .pipeline3 import run
+    """Train an EAGLE-3 head end to end (eagle3_pipeline.py)."""
+    from .eagle3_pipeline import run
 
     if args.device != "cpu" and torch.cuda.is_available():
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -260,7 +260,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "to the model); without it the model starts every request itself")
     s.set_defaults(func=cmd_instructions)
 
-    from .pipeline3 import add_arguments as eagle3_arguments
+    from .eagle3_pipeline import add_arguments as eagle3_arguments
     e = sub.add_parser("eagle3", parents=[common, writing], help="an EAGLE-3 head: prompts -> the target's answers -> training "
                        "(training-time test) -> the head, resumable, within --minutes")
     eagle3_arguments(e)
