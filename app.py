@@ -4,22 +4,28 @@
 Every visitor's runs live in their own gr.State; the only module-level object is the model cache. A visitor's
 state is freed when their page closes or after EAGLE2_SESSION_TTL_S without use; a Generate decodes for at
 most EAGLE2_RUN_BUDGET_S (app_parts/settings.py has the defaults).
+
+The page is wired by name: `ui.req` maps each RunRequest field to its control, and every handler returns a
+dict of the components it changes, so no list of inputs or outputs is kept in step with another by hand.
 """
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import fields
 from types import SimpleNamespace
 from typing import Any
 
 import gradio as gr
 
-from app_parts import actions, workload
+from app_parts import actions, playback, workload
+from app_parts.link import LINKED, link_query, read_link
 from app_parts.presets import CACHE, ModelPreset, default_sizing, load_presets, model_info, page_token_limit
 from app_parts.runner import Update, generate
 from app_parts.session import TREE_METHODS, RunControl, Session, free_session, release_freed_memory, session_ttl_s
 from app_parts.settings import (CUSTOM, CUT, MAX_PROMPT_CHARS, PAGE_MAX_NEW, SIZINGS, RunRequest, budget_markdown,
-                                load_examples, run_budget_s, sglang_flags, static_tree, tree_choices)
+                                load_examples, page_flags, run_budget_s, static_tree, tree_choices)
 from app_parts.views import LABELS, analysis_views, metrics_markdown, text_view, tree_view, warm_up
 from eagle2.config import ASSETS, LIMITS, DecodeConfig
 from eagle2.loading import Bundle
@@ -30,12 +36,14 @@ except ImportError:
     spaces = None
 
 HEADER = """# EAGLE-2 draft trees, step by step
-A real model decodes your prompt twice with speculative decoding: **EAGLE-2** builds a new draft tree
-at every step from the draft head's confidence, **EAGLE-1** uses one fixed tree. Both use the same
-head and, by default, the same number of verified nodes: the size that runs fastest on this machine.
-See each step's tree, what the target accepted and what it pruned, and scrub back through the steps."""
+A real model decodes your prompt with speculative decoding: **EAGLE-2** builds a new draft tree at every step
+from the draft head's confidence, **EAGLE-1** uses one fixed tree. Both trees grow on the page as the decoder
+runs; then each method decodes once more with nothing drawn, for honest timings. Both use the same head and,
+by default, the same number of verified nodes: the size that runs fastest on this machine. Play the run
+back, unfold a step to see how EAGLE-2 built it, and share a link to the same example."""
 CUSTOM_EXAMPLE = "[[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 1], [0, 0, 0, 0]]"
-GPU_SLOT_S = 180  # a ZeroGPU slot for one Generate: loading, the decodes within their time limit, the drawing
+GPU_SLOT_S = 180  # a ZeroGPU slot for one Generate: loading, both passes within their time limit, the drawing
+PACES = {"1 step/s": 1.0, "2 steps/s": 0.5, "4 steps/s": 0.25}
 
 
 def _on_gpu(fn):
@@ -55,55 +63,69 @@ def launch_options() -> dict[str, Any]:
 
 
 def _controls(ui: SimpleNamespace) -> None:
-    """Left column: model, prompt, buttons, examples and every decoding setting."""
+    """Left column: model, prompt, buttons, examples and every decoding setting (`ui.req`: field -> control)."""
     presets, d = load_presets(), DecodeConfig()
     names = list(presets)
-    ui.model_dd = gr.Dropdown(names, value=names[0], label="Model and draft head (operator presets)")
+    r = ui.req = {}
+    r["preset"] = gr.Dropdown(names, value=names[0], label="Model and draft head (operator presets)")
     ui.info = gr.Markdown(model_info(presets[names[0]], CACHE), elem_id="model-info")
-    ui.prompt = gr.Textbox(label="Prompt (the chat template is applied)", lines=4, max_lines=12,
-                           max_length=MAX_PROMPT_CHARS, elem_id="prompt",
-                           placeholder="Ask anything, or pick an example below")
+    r["prompt"] = gr.Textbox(label="Prompt (the chat template is applied)", lines=4, max_lines=12,
+                             max_length=MAX_PROMPT_CHARS, elem_id="prompt",
+                             placeholder="Ask anything, or pick an example below")
     with gr.Row():
         ui.run_btn = gr.Button("Generate", variant="primary", elem_id="generate")
         ui.stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
     ui.status = gr.Markdown("Ready.", elem_id="status")
     examples = load_examples()
-    gr.Examples([[e["prompt"]] for e in examples], inputs=[ui.prompt], label="Examples",
+    gr.Examples([[e["prompt"]] for e in examples], inputs=[r["prompt"]], label="Examples",
                 example_labels=[f"{e['kind']}: {e['prompt'][:38]}…" for e in examples])
     with gr.Accordion("Decoding", open=True):
-        ui.max_new = gr.Slider(LIMITS["max_new_tokens"][0], page_token_limit(), value=PAGE_MAX_NEW, step=1,
-                               label=f"max new tokens (a Generate decodes for at most {_run_budget():g} s, shared "
-                                     "between the methods)", elem_id="max-new")
-        ui.temperature = gr.Slider(*LIMITS["temperature"], value=d.temperature, step=0.05,
-                                   label="temperature (0 = greedy)")
-        ui.top_p = gr.Slider(*LIMITS["top_p"], value=d.top_p, step=0.01, label="top-p")
-        ui.seed = gr.Number(value=d.seed, precision=0, minimum=0, label="seed")
+        r["max_new_tokens"] = gr.Slider(LIMITS["max_new_tokens"][0], page_token_limit(), value=PAGE_MAX_NEW, step=1,
+                                        label=f"max new tokens (a Generate decodes for at most {_run_budget():g} s, "
+                                              "both passes together)", elem_id="max-new")
+        r["temperature"] = gr.Slider(*LIMITS["temperature"], value=d.temperature, step=0.05,
+                                     label="temperature (0 = greedy)", elem_id="temperature")
+        r["top_p"] = gr.Slider(*LIMITS["top_p"], value=d.top_p, step=0.01, label="top-p", elem_id="top-p")
+        r["seed"] = gr.Number(value=d.seed, precision=0, minimum=0, label="seed", elem_id="seed")
     with gr.Accordion("Tree sizes", open=True):
-        ui.sizing = gr.Radio([(text, key) for key, text in SIZINGS.items()], value=default_sizing(),
-                             label="compare the trees at", elem_id="sizing")
+        r["sizing"] = gr.Radio([(text, key) for key, text in SIZINGS.items()], value=default_sizing(),
+                               label="compare the trees at", elem_id="sizing")
     with gr.Accordion("Dynamic tree (EAGLE-2)", open=True):
-        ui.total = gr.Slider(*LIMITS["total_tokens"], value=d.total_tokens, step=1,
-                             label="total tokens (verified per step, root included)")
-        ui.depth = gr.Slider(*LIMITS["depth"], value=d.depth, step=1, label="depth")
-        ui.top_k = gr.Slider(*LIMITS["top_k"], value=d.top_k, step=1, label="top-k")
-        ui.min_prob = gr.Slider(*LIMITS["min_prob"], value=d.min_prob, step=0.01, elem_id="min-prob",
-                                label="confidence sizing (ours, eagle2_sized): keep only nodes at least this likely "
-                                      "(cumulative draft probability; 0 = off, the paper's EAGLE-2)")
-        ui.expand_prob = gr.Slider(*LIMITS["expand_prob"], value=d.expand_prob, step=0.01,
-                                   label="confidence sizing (ours): expand only nodes at least this likely (0 = off)")
-        ui.lookup = gr.Checkbox(d.lookup, label=f"prompt-lookup branch (ours, eagle2_lookup): up to {d.lookup_tokens} "
-                                "tokens copied from the text so far join the tree", elem_id="lookup")
+        r["total_tokens"] = gr.Slider(*LIMITS["total_tokens"], value=d.total_tokens, step=1, elem_id="total",
+                                      label="total tokens (verified per step, root included)")
+        r["depth"] = gr.Slider(*LIMITS["depth"], value=d.depth, step=1, label="depth", elem_id="depth")
+        r["top_k"] = gr.Slider(*LIMITS["top_k"], value=d.top_k, step=1, label="top-k", elem_id="top-k")
+        r["min_prob"] = gr.Slider(*LIMITS["min_prob"], value=d.min_prob, step=0.01, elem_id="min-prob",
+                                  label="confidence sizing (ours, eagle2_sized): keep only nodes at least this likely "
+                                        "(cumulative draft probability; 0 = off, the paper's EAGLE-2)")
+        r["expand_prob"] = gr.Slider(*LIMITS["expand_prob"], value=d.expand_prob, step=0.01, elem_id="expand-prob",
+                                     label="confidence sizing (ours): expand only nodes at least this likely (0 = off)")
+        r["lookup"] = gr.Checkbox(d.lookup, label=f"prompt-lookup branch (ours, eagle2_lookup): up to "
+                                  f"{d.lookup_tokens} tokens copied from the text so far join the tree",
+                                  elem_id="lookup")
     with gr.Accordion("Static tree (EAGLE-1)", open=True):
-        ui.tree_dd = gr.Dropdown(tree_choices(), value=CUT, label="tree (with 'my settings below')")
-        ui.tree_json = gr.Textbox(CUSTOM_EXAMPLE, label="custom tree: JSON list of child-rank paths", lines=3,
-                                  visible=False)
+        r["tree_choice"] = gr.Dropdown(tree_choices(), value=CUT, label="tree (with 'my settings below')",
+                                       elem_id="tree-choice")
+        r["tree_json"] = gr.Textbox(CUSTOM_EXAMPLE, label="custom tree: JSON list of child-rank paths", lines=3,
+                                    visible=False, elem_id="tree-json")
     ui.budget = gr.Markdown(budget_markdown(d.total_tokens, CUT, "", sizing=default_sizing()), elem_id="budget")
-    ui.with_vanilla = gr.Checkbox(True, label="also run plain decoding (for the speedup)")
+    r["with_vanilla"] = gr.Checkbox(True, label="also run plain decoding (for the speedup)", elem_id="with-vanilla")
     ui.show_pruned = gr.Checkbox(True, label="show pruned branches")
+    with gr.Row():
+        ui.link_btn = gr.Button("Copy link to this example", size="sm", elem_id="copy-link")
+    ui.link = gr.Textbox(label="link (the prompt and settings)", interactive=False, visible=False, elem_id="link")
+    missing = set(LINKED) - set(r)
+    assert not missing, f"RunRequest fields without a control: {missing}"
 
 
 def _live_panel(ui: SimpleNamespace) -> None:
-    """Right column: the two trees side by side, each with its step slider, caption and text; metrics."""
+    """Right column: playback controls, the two trees side by side, each with its step slider, caption and text."""
+    with gr.Row(elem_id="playback"):
+        ui.back_btn = gr.Button("◀ step back", size="sm", elem_id="step-back")
+        ui.play_btn = gr.Button("▶ Play", size="sm", variant="secondary", elem_id="play")
+        ui.fwd_btn = gr.Button("step forward ▶", size="sm", elem_id="step-forward")
+        ui.pace = gr.Radio(list(PACES), value="2 steps/s", show_label=False, container=False, elem_id="pace")
+    ui.timer = gr.Timer(PACES["2 steps/s"], active=False)
     ui.trees, ui.sliders, ui.captions, ui.texts = {}, {}, {}, {}
     with gr.Row(equal_height=False):
         for m in TREE_METHODS:
@@ -114,22 +136,35 @@ def _live_panel(ui: SimpleNamespace) -> None:
                 ui.texts[m] = gr.HTML(text_view(Session(), m), elem_id=f"text-{m}", elem_classes=["out-text"])
     ui.latest_btn = gr.Button("Show the latest steps", size="sm")
     ui.metrics = gr.Markdown(metrics_markdown(Session()), elem_id="metrics")
+    with gr.Accordion("Unfold a step: how EAGLE-2 built it, beside EAGLE-1's fixed tree", open=False,
+                      elem_id="unfold"):
+        gr.Markdown("Replays the step the EAGLE-2 slider shows from its record alone: the root, each drafted level "
+                    "(which nodes were expanded and what they drafted), the rerank that kept the best nodes, and the "
+                    "target's verdict. EAGLE-1's tree at the same step number goes through the same frames.")
+        with gr.Row():
+            ui.unfold_btn = gr.Button("Unfold the step shown", size="sm", elem_id="unfold-go")
+            ui.stage = gr.Slider(0, 1, value=0, step=1, label="frame", elem_id="unfold-stage")
+        with gr.Row(equal_height=False):
+            ui.unfold_figs = {m: gr.Plot(show_label=False, elem_id=f"unfold-{m}") for m in TREE_METHODS}
+        with gr.Row(equal_height=False):
+            ui.unfold_texts = {m: gr.Markdown(elem_id=f"unfold-text-{m}") for m in TREE_METHODS}
 
 
 def _extras(ui: SimpleNamespace) -> None:
-    """Below: analysis charts, trace export / replay with the SGLang flags, and the explanation."""
-    d = DecodeConfig()
+    """Below: analysis charts, trace export / replay with the serving flags, and the explanation."""
+    empty = analysis_views(Session())
     with gr.Accordion("Analysis, measured on this prompt", open=True):
-        empty = analysis_views(Session())
-        ui.calib = gr.Plot(empty[0], show_label=False)
+        ui.analysis = [gr.Plot(empty[0], show_label=False)]
         with gr.Row():
-            ui.heat = {m: gr.Plot(fig, show_label=False) for m, fig in zip(TREE_METHODS, empty[1:3])}
-        ui.accept = gr.Plot(empty[3], show_label=False)
-        ui.size = gr.Plot(empty[4], show_label=False, elem_id="tree-size")
-        ui.costs = gr.Plot(empty[5], show_label=False, elem_id="tree-costs")
+            ui.analysis += [gr.Plot(fig, show_label=False) for fig in empty[1:3]]
+        ui.analysis += [gr.Plot(empty[3], show_label=False), gr.Plot(empty[4], show_label=False, elem_id="tree-size"),
+                        gr.Plot(empty[5], show_label=False, elem_id="tree-costs")]
     with gr.Accordion("Trace and serving", open=True):
-        ui.flags = gr.Code(sglang_flags(d.depth, d.top_k, d.total_tokens), language="shell",
-                           label="SGLang launch flags for the same dynamic tree", interactive=False)
+        d = DecodeConfig()
+        first = next(iter(load_presets().values()))
+        ui.flags = gr.Code(page_flags(first, d.depth, d.top_k, d.total_tokens), language="shell",
+                           label="SGLang launch flags for the same dynamic tree", interactive=False,
+                           elem_id="sglang-flags")
         with gr.Row():
             with gr.Column():
                 ui.export_btn = gr.Button("Export this run's trace (JSON)")
@@ -141,7 +176,7 @@ def _extras(ui: SimpleNamespace) -> None:
 
 
 def _workload(ui: SimpleNamespace) -> None:
-    """The workload tab: diagnose a prompt file (eagle2/diagnose.py), bounded for a public page."""
+    """The workload tab: diagnose a prompt file (eagle2/tools/diagnose.py), bounded for a public page."""
     gr.Markdown(f"Upload a prompt file (`.jsonl` or a JSON list: rows with `turns`, `prompt` or `instruction`, "
                 f"optionally `category`; at most {workload.MAX_PROMPTS} prompts, {workload.MAX_BYTES // 1000} kB). "
                 "Each prompt is decoded once with a 60-node tree and every smaller tree shape replayed from those "
@@ -168,74 +203,66 @@ def _workload(ui: SimpleNamespace) -> None:
     ui.wl_control = gr.State(RunControl())
 
 
-@_on_gpu
-def _on_diagnose(path: str | None, max_new_tokens: float, preset_name: str, control: RunControl,
-                 progress=gr.Progress()) -> Iterator[list]:
-    """Diagnose: decode the uploaded prompts, then show the curves, positions, summary, settings and files."""
-    def report(fraction: float, message: str) -> None:
-        progress(fraction, desc=message)
-
-    for u in workload.diagnose(path, max_new_tokens, preset_name, lambda p: CACHE.get(p, report),
-                               lambda p, b: CACHE.profile(p, b, report), control):
-        if u.error:
-            gr.Warning(u.error)
-        yield [u.status, *[v if v is not None else gr.skip()
-                           for v in (u.curves, u.positions, u.summary, u.flags, u.files)]]
-
-
-def _show(u: Update) -> list:
-    """An Update as one value per output of OUTPUTS; gr.skip() keeps what the page shows."""
+def _show(ui: SimpleNamespace, u: Update) -> dict:
+    """An Update as {component: value}; a component left out keeps what the page shows."""
     if u.error:
         gr.Warning(u.error)
     s = u.session
-    vals: list = [gr.skip() if s is None else s, u.status, u.model_info or gr.skip()]
-    vals += [u.trees[m] if u.trees and m in u.trees else gr.skip() for m in TREE_METHODS]
-    for m in TREE_METHODS:
-        upd: dict = {"maximum": max(s.last_step(m), 1)} if s is not None else {}
-        if s is not None and s.follow.get(m, True):
-            upd["value"] = s.last_step(m)
-        vals.append(gr.update(**upd) if upd else gr.skip())
-    vals += [u.captions[m] if u.captions and m in u.captions else gr.skip() for m in TREE_METHODS]
-    vals += [u.texts[m] if u.texts and m in u.texts else gr.skip() for m in TREE_METHODS]
-    vals.append(u.metrics if u.metrics is not None else gr.skip())
-    vals += list(u.analysis) if u.analysis else [gr.skip()] * 6
-    sizes = u.sizes or {}
-    vals += [gr.update(value=sizes[k]) if k in sizes else gr.skip() for k in ("total_tokens", "depth", "top_k")]
-    return vals
+    out: dict = {ui.status: u.status}
+    if s is not None:
+        out[ui.state] = s
+        for m in TREE_METHODS:
+            upd: dict = {"maximum": max(s.last_step(m), 1)}
+            if s.follow.get(m, True):
+                upd["value"] = s.last_step(m)
+            out[ui.sliders[m]] = gr.update(**upd)
+    if u.model_info:
+        out[ui.info] = u.model_info
+    for views, parts in ((u.trees, ui.trees), (u.captions, ui.captions), (u.texts, ui.texts)):
+        out.update({parts[m]: v for m, v in (views or {}).items()})
+    if u.metrics is not None:
+        out[ui.metrics] = u.metrics
+    if u.analysis:
+        out.update(dict(zip(ui.analysis, u.analysis)))
+    out.update({ui.req[k]: gr.update(value=v) for k, v in (u.sizes or {}).items()})
+    return out
 
 
-def _outputs(ui: SimpleNamespace) -> list:
-    """The components _show fills, in its order."""
-    return [ui.state, ui.status, ui.info, *ui.trees.values(), *ui.sliders.values(), *ui.captions.values(),
-            *ui.texts.values(), ui.metrics, ui.calib, *ui.heat.values(), ui.accept, ui.size, ui.costs,
-            ui.total, ui.depth, ui.top_k]
+def _by_name(fn: Callable, names: tuple[str, ...], *extra: str) -> Callable:
+    """`fn(values: dict, *extra)` as a function of the named parameters `names` then `extra`, so that Gradio (and
+    its API) sees one parameter per control, named as RunRequest names the field."""
+    def wrapped(*args):
+        return fn(dict(zip(names, args[:len(names)])), *args[len(names):])
+    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in (*names, *extra)]
+    wrapped.__signature__ = inspect.Signature(params)
+    wrapped.__name__ = fn.__name__
+    wrapped.__doc__ = fn.__doc__
+    return wrapped
 
 
-@_on_gpu
-def _on_generate(prompt_text: str, preset_name: str, max_new_tokens: float, temperature_value: float,
-                 top_p_value: float, seed_value: float, total_tokens: float, tree_depth: float, tree_top_k: float,
-                 lookup_branch: bool, keep_floor: float, expand_floor: float,
-                 static_tree_name: str, custom_tree_json: str, run_plain: bool, show_pruned_nodes: bool,
-                 control: RunControl, tree_sizing: str = "tuned", progress=gr.Progress()) -> Iterator[list]:
-    """Generate: decode with each method in turn, then draw both trees, text and metrics on this visitor's page."""
-    req = RunRequest(prompt=prompt_text, preset=preset_name, max_new_tokens=max_new_tokens,
-                     temperature=temperature_value, top_p=top_p_value, seed=seed_value, total_tokens=total_tokens,
-                     depth=tree_depth, top_k=tree_top_k, tree_choice=static_tree_name, tree_json=custom_tree_json,
-                     with_vanilla=bool(run_plain), lookup=bool(lookup_branch), min_prob=keep_floor,
-                     expand_prob=expand_floor, sizing=tree_sizing)
+def _request(values: dict) -> RunRequest:
+    """A RunRequest from the controls' values by field name (booleans as the checkboxes hold them)."""
+    return RunRequest(**{k: v for k, v in values.items() if k in {f.name for f in fields(RunRequest)}})
 
-    def report(fraction: float, message: str) -> None:
-        progress(fraction, desc=message)
 
-    def loader(preset: ModelPreset) -> Bundle:
-        return CACHE.get(preset, report)
+def _generate_handler(ui: SimpleNamespace) -> Callable:
+    @_on_gpu
+    def on_generate(values: dict, show_pruned: bool, control: RunControl) -> Iterator[dict]:
+        """Generate: the live pass draws both trees as they grow; the timed pass then times each method."""
+        values = {**values, "with_vanilla": bool(values.get("with_vanilla")), "lookup": bool(values.get("lookup"))}
+        req = _request(values)
 
-    def profile(preset: ModelPreset, bundle: Bundle) -> dict | None:
-        return CACHE.profile(preset, bundle, report)
+        def loader(preset: ModelPreset, say) -> Bundle:
+            return CACHE.get(preset, say)
 
-    for u in generate(req, loader, show_pruned=bool(show_pruned_nodes), control=control, get_profile=profile,
-                      budget_s=_run_budget()):
-        yield _show(u)
+        def profile(preset: ModelPreset, bundle: Bundle, say) -> dict | None:
+            return CACHE.profile(preset, bundle, say)
+
+        for u in generate(req, loader, show_pruned=bool(show_pruned), control=control, get_profile=profile,
+                          budget_s=_run_budget()):
+            yield _show(ui, u)
+
+    return _by_name(on_generate, LINKED, "show_pruned", "control")
 
 
 def _on_export(session: Session) -> str | None:
@@ -267,61 +294,173 @@ def _budget(total, choice, tree_json, lookup, depth, min_prob, expand_prob, sizi
     return budget_markdown(total, choice, tree_json, lookup, depth, min_prob, expand_prob, sizing, profile)
 
 
-def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
-    """Connect the events."""
-    outputs = _outputs(ui)
-    inputs = [ui.prompt, ui.model_dd, ui.max_new, ui.temperature, ui.top_p, ui.seed, ui.total, ui.depth, ui.top_k,
-              ui.lookup, ui.min_prob, ui.expand_prob, ui.tree_dd, ui.tree_json, ui.with_vanilla, ui.show_pruned,
-              ui.control, ui.sizing]
+def _flags(preset_name: str, depth, top_k, total) -> str:
+    """The serving flags for the dynamic tree, named for the selected preset's head kind."""
+    preset = load_presets().get(preset_name)
+    return page_flags(preset, depth, top_k, total, CACHE.loaded(preset_name) if preset else None)
+
+
+def _on_load(ui: SimpleNamespace) -> Callable:
+    def on_load(preset_name: str, request: gr.Request) -> dict:
+        """A page opens: the model line, and the settings its link carries (each checked as its control is)."""
+        out: dict = {ui.info: model_info(load_presets()[preset_name], CACHE)}
+        query = dict(request.query_params) if request is not None else {}
+        if not query:
+            return out
+        kept, ignored = read_link(query, RunRequest(prompt="", preset=preset_name))
+        if kept:
+            if "sizing" not in kept and {"total_tokens", "depth", "top_k", "tree_choice"} & set(kept):
+                kept["sizing"] = "custom"
+            out.update({ui.req[k]: gr.update(value=v) for k, v in kept.items()})
+            if kept.get("tree_choice") == CUSTOM:
+                out[ui.req["tree_json"]] = gr.update(value=kept.get("tree_json", CUSTOM_EXAMPLE), visible=True)
+            if "preset" in kept:
+                out[ui.info] = model_info(load_presets()[kept["preset"]], CACHE)
+        said = "Opened from a link: the prompt and settings are filled in; press Generate." if kept else "Ready."
+        if ignored:
+            said += " ⚠ The link's values that did not pass the page's checks were ignored: " + "; ".join(ignored) + "."
+        out[ui.status] = said
+        return out
+
+    return on_load
+
+
+def _wire_generate(ui: SimpleNamespace) -> None:
+    """Generate (button or Enter) and Stop."""
+    handler = _generate_handler(ui)
+    inputs = [*(ui.req[k] for k in LINKED), ui.show_pruned, ui.control]
+    outputs = [ui.state, ui.status, ui.info, *ui.trees.values(), *ui.sliders.values(), *ui.captions.values(),
+               *ui.texts.values(), ui.metrics, *ui.analysis, *(ui.req[k] for k in ("total_tokens", "depth", "top_k"))]
     # One decode at a time on the shared model: both triggers share a queue; other sessions wait their turn.
     # A click first counts the run as waiting (unqueued, instant), so that Stop can take it out of the queue.
-    # "minimal" keeps the trees visible during a run and still prints "queue: position/size | elapsed/estimate s"
-    # on each output while the run waits (Gradio 6.31's status tracker; "full" also greys the outputs out).
-    for trigger, api in ((ui.run_btn.click, "generate"), (ui.prompt.submit, False)):
-        trigger(actions.enqueue, ui.control, ui.status, queue=False, api_name=False, show_progress="hidden").then(
-            _on_generate, inputs, outputs, api_name=api, show_progress="minimal", concurrency_id="decode",
-            concurrency_limit=1)
+    # Progress shows on the status line only ("minimal": the queue's place and estimate, no overlay elsewhere).
+    for trigger, api in ((ui.run_btn.click, "generate"), (ui.req["prompt"].submit, False)):
+        trigger(lambda: {ui.timer: gr.Timer(active=False), ui.play_btn: gr.update(value="▶ Play")}, None,
+                [ui.timer, ui.play_btn], queue=False, api_name=False,
+                show_progress="hidden").then(
+            actions.enqueue, ui.control, ui.status, queue=False, api_name=False, show_progress="hidden").then(
+            handler, inputs, outputs, api_name=api, show_progress="minimal", show_progress_on=[ui.status],
+            concurrency_id="decode", concurrency_limit=1)
     # Stop flips this visitor's RunControl; the run ends after its current step and draws what it made.
-    # (`cancels=` raced with a step in flight on Gradio 6.31: an empty completion arrived after the redraw
-    # and left the outputs showing "Error".)
     ui.stop_btn.click(actions.request_stop, ui.control, ui.status, api_name="stop", concurrency_limit=None,
                       show_progress="hidden")
+
+
+def _wire_steps(ui: SimpleNamespace) -> None:
+    """Step sliders, Play/Pause, step back and forward, and unfolding a step."""
+    step_out = [*ui.trees.values(), *ui.sliders.values(), *ui.texts.values(), *ui.captions.values(), ui.state]
+
+    def step_views(s: Session, views: dict[str, playback.StepView]) -> dict:
+        out: dict = {ui.state: s}
+        for m, v in views.items():
+            out.update({ui.trees[m]: v.tree, ui.texts[m]: v.text, ui.captions[m]: v.caption,
+                        ui.sliders[m]: gr.update(value=v.step)})
+        return out
+
     for m in TREE_METHODS:  # the session goes back to its State, which restarts its idle time
         ui.sliders[m].release(lambda s, v, p, m=m: (*actions.scrub(s, m, v, p), s),
                               [ui.state, ui.sliders[m], ui.show_pruned],
                               [ui.trees[m], ui.texts[m], ui.captions[m], ui.state], api_name=f"scrub_{m}",
                               show_progress="hidden")
-    ui.latest_btn.click(lambda s, p: _show(actions.follow_latest(s, p)), [ui.state, ui.show_pruned], outputs,
+    for btn, delta, api in ((ui.back_btn, -1, "step_back"), (ui.fwd_btn, 1, "step_forward")):
+        btn.click(lambda s, p, d=delta: step_views(*playback.move(s, d, p)), [ui.state, ui.show_pruned], step_out,
+                  api_name=api, show_progress="hidden", concurrency_limit=None)
+
+    def toggle(s: Session, pace: str) -> dict:
+        playing = playback.toggle(s)
+        return {ui.timer: gr.Timer(PACES.get(pace, 0.5), active=playing), ui.state: s,
+                ui.play_btn: gr.update(value="⏸ Pause" if playing else "▶ Play")}
+
+    ui.play_btn.click(toggle, [ui.state, ui.pace], [ui.timer, ui.state, ui.play_btn], api_name="play",
+                      show_progress="hidden", concurrency_limit=None)
+    ui.pace.change(lambda pace: gr.Timer(PACES.get(pace, 0.5)), ui.pace, ui.timer, api_name=False,
+                   show_progress="hidden")
+
+    def tick(s: Session, p: bool) -> dict:
+        s, views, more = playback.tick(s, p)
+        out = step_views(s, views)
+        if not more:
+            out.update({ui.timer: gr.Timer(active=False), ui.play_btn: gr.update(value="▶ Play")})
+        return out
+
+    ui.timer.tick(tick, [ui.state, ui.show_pruned], [*step_out, ui.timer, ui.play_btn], api_name=False,
+                  show_progress="hidden", concurrency_limit=None)
+
+    def unfold(s: Session, stage: float | None, fresh: bool) -> dict:
+        u = playback.unfold(s, None if fresh else stage)
+        out = {ui.stage: gr.update(maximum=max(len(u.names) - 1, 1), value=u.stage), ui.state: s}
+        out.update({ui.unfold_figs[m]: u.figures[m] for m in TREE_METHODS})
+        out.update({ui.unfold_texts[m]: u.texts[m] for m in TREE_METHODS})
+        return out
+
+    unfold_out = [ui.stage, ui.state, *ui.unfold_figs.values(), *ui.unfold_texts.values()]
+    ui.unfold_btn.click(lambda s: unfold(s, 0, True), ui.state, unfold_out, api_name="unfold", show_progress="hidden")
+    ui.stage.release(lambda s, v: unfold(s, v, False), [ui.state, ui.stage], unfold_out, api_name="unfold_stage",
+                     show_progress="hidden")
+
+
+def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
+    """Connect the events."""
+    _wire_generate(ui)
+    _wire_steps(ui)
+    show = [ui.state, ui.status, ui.info, *ui.trees.values(), *ui.sliders.values(), *ui.captions.values(),
+            *ui.texts.values(), ui.metrics, *ui.analysis]
+    ui.latest_btn.click(lambda s, p: _show(ui, actions.follow_latest(s, p)), [ui.state, ui.show_pruned], show,
                         api_name=False)
     ui.show_pruned.change(lambda s, a, b, p: list(actions.redraw(s, {"eagle2": a, "eagle1": b}, p).values()),
                           [ui.state, *ui.sliders.values(), ui.show_pruned], list(ui.trees.values()),
                           api_name=False, show_progress="hidden")
     ui.export_btn.click(_on_export, ui.state, ui.trace_out, api_name="export_trace")
-    ui.trace_in.upload(lambda path, p: _show(actions.load_trace(path, p)), [ui.trace_in, ui.show_pruned], outputs,
+    ui.trace_in.upload(lambda path, p: _show(ui, actions.load_trace(path, p)), [ui.trace_in, ui.show_pruned], show,
                        api_name="load_trace")
-    tree_io = ([ui.tree_dd, ui.tree_json, ui.total, ui.lookup, ui.depth, ui.min_prob, ui.expand_prob],
-               [ui.tree_json, ui.total, ui.sizing, ui.budget])
-    ui.tree_dd.input(_on_tree, *tree_io, api_name=False)
-    ui.tree_json.blur(_on_tree, *tree_io, api_name=False)
-    budget_in = [ui.total, ui.tree_dd, ui.tree_json, ui.lookup, ui.depth, ui.min_prob, ui.expand_prob, ui.sizing]
-    for w in (ui.total, ui.lookup, ui.depth, ui.min_prob, ui.expand_prob, ui.sizing):
+    r = ui.req
+    tree_in = [r["tree_choice"], r["tree_json"], r["total_tokens"], r["lookup"], r["depth"], r["min_prob"],
+               r["expand_prob"]]
+    tree_out = [r["tree_json"], r["total_tokens"], r["sizing"], ui.budget]
+    r["tree_choice"].input(_on_tree, tree_in, tree_out, api_name=False)
+    r["tree_json"].blur(_on_tree, tree_in, tree_out, api_name=False)
+    budget_in = [r["total_tokens"], r["tree_choice"], r["tree_json"], r["lookup"], r["depth"], r["min_prob"],
+                 r["expand_prob"], r["sizing"]]
+    for w in (r["total_tokens"], r["lookup"], r["depth"], r["min_prob"], r["expand_prob"], r["sizing"]):
         w.change(_budget, budget_in, ui.budget, api_name=False, show_progress="hidden")
-    for w in (ui.total, ui.depth, ui.top_k):  # moving a size slider by hand compares at your settings
-        w.input(lambda: "custom", None, ui.sizing, api_name=False, show_progress="hidden")
-    for w in (ui.depth, ui.top_k, ui.total):
-        w.change(sglang_flags, [ui.depth, ui.top_k, ui.total], ui.flags, api_name=False, show_progress="hidden")
-    def describe(name: str) -> str:
-        """The model line for a preset: what is in use, or what will load."""
-        return model_info(load_presets()[name], CACHE)
+    for w in (r["total_tokens"], r["depth"], r["top_k"]):  # moving a size slider by hand compares at your settings
+        w.input(lambda: "custom", None, r["sizing"], api_name=False, show_progress="hidden")
+    for w in (r["preset"], r["depth"], r["top_k"], r["total_tokens"]):
+        w.change(_flags, [r["preset"], r["depth"], r["top_k"], r["total_tokens"]], ui.flags, api_name=False,
+                 show_progress="hidden")
+    ui.link_btn.click(_by_name(lambda values: gr.update(value=link_query(_request(values)), visible=True), LINKED),
+                      [r[k] for k in LINKED], ui.link, api_name="link", show_progress="hidden").then(
+        None, ui.link, ui.link, api_name=False, js="(q) => { const u = window.location.origin + "
+        "window.location.pathname + '?' + q; if (navigator.clipboard) { navigator.clipboard.writeText(u)"
+        ".catch(() => {}); } return u; }")
+    _wire_workload(ui)
+    r["preset"].change(lambda name: model_info(load_presets()[name], CACHE), r["preset"], ui.info, api_name=False)
+    demo.load(_on_load(ui), r["preset"], [ui.info, ui.status, *r.values()], api_name=False)
+    demo.unload(_forget_visitor(demo, ui))
 
-    ui.wl_run.click(_on_diagnose, [ui.wl_file, ui.wl_max_new, ui.model_dd, ui.wl_control],
+
+def _wire_workload(ui: SimpleNamespace) -> None:
+    """The workload tab's Diagnose and Stop."""
+    @_on_gpu
+    def on_diagnose(path: str | None, max_new_tokens: float, preset_name: str, control: RunControl,
+                    progress=gr.Progress()) -> Iterator[list]:
+        """Diagnose: decode the uploaded prompts, then show the curves, positions, summary, settings and files."""
+        def report(fraction: float, message: str) -> None:
+            progress(fraction, desc=message)
+
+        for u in workload.diagnose(path, max_new_tokens, preset_name, lambda p: CACHE.get(p, report),
+                                   lambda p, b: CACHE.profile(p, b, report), control):
+            if u.error:
+                gr.Warning(u.error)
+            yield [u.status, *[v if v is not None else gr.skip()
+                               for v in (u.curves, u.positions, u.summary, u.flags, u.files)]]
+
+    ui.wl_run.click(on_diagnose, [ui.wl_file, ui.wl_max_new, ui.req["preset"], ui.wl_control],
                     [ui.wl_status, ui.wl_curves, ui.wl_positions, ui.wl_summary, ui.wl_flags, ui.wl_files],
-                    api_name="diagnose", concurrency_id="decode", concurrency_limit=1, show_progress="minimal")
+                    api_name="diagnose", concurrency_id="decode", concurrency_limit=1, show_progress="minimal",
+                    show_progress_on=[ui.wl_status])
     ui.wl_stop.click(actions.request_stop, ui.wl_control, ui.wl_status, api_name=False, concurrency_limit=None,
                      show_progress="hidden")
-    ui.model_dd.change(describe, ui.model_dd, ui.info, api_name=False)
-    demo.load(describe, ui.model_dd, ui.info, api_name=False)
-    demo.unload(_forget_visitor(demo, ui))
 
 
 def _forget_visitor(demo: gr.Blocks, ui: SimpleNamespace):

@@ -14,9 +14,11 @@ def scrub(session: Session | None, method: str, step: float | None,
           show_pruned: bool = True) -> tuple[go.Figure, str, str]:
     """Show one step of one method from the stored records; the live stream stops overwriting that tree."""
     session = session or Session()
+    step = 0 if step is None else int(step)
     if session.records(method):
         session.follow[method] = False
-    step = 0 if step is None else int(step)
+        session.shown[method] = min(max(step, 0), session.last_step(method))
+        session.playing, session.play = False, None
     rec = session.record(method, step)
     return (tree_view(session, method, step, show_pruned),
             text_view(session, method, rec.step if rec else None), session_caption(session, method, step))
@@ -27,6 +29,7 @@ def follow_latest(session: Session | None, show_pruned: bool = True) -> Update:
     session = session or Session()
     for m in TREE_METHODS:
         session.follow[m] = True
+    session.playing, session.play = False, None
     return full_update(session, "Showing the latest step of each method.", show_pruned)
 
 

@@ -18,6 +18,7 @@ from eagle2.loading import DTYPES, Bundle, load, pick_device
 from eagle2.tools.profile import load_profile, machine_profile, warm_up
 
 NEEDS = ("cuda", "hub")
+HEAD_KINDS = ("eagle1", "eagle3")
 HALF_NOTE = ("In {dtype}, a tree forward over many rows rounds differently from a one-row forward, so the text can "
              "differ from plain decoding's after a near tie; in float32 it has matched on every prompt tested.")
 
@@ -45,6 +46,7 @@ class ModelPreset:
     note: str = ""
     device: str = "auto"
     dtype: str = "float32"  # float32 keeps greedy output equal to plain decoding; half precision can differ
+    head_kind: str = "eagle1"  # the head's layout, as the operator declares it: "eagle1" (EAGLE-1/2) or "eagle3"
 
 
 def presets_path() -> Path:
@@ -72,8 +74,12 @@ def load_presets(path: Path | None = None) -> dict[str, ModelPreset]:
         dtype = str(e.get("dtype", "float32"))
         if dtype not in DTYPES:
             raise ValueError(f"model preset {e['name']!r}: 'dtype' may only be {', '.join(DTYPES)}")
+        kind = str(e.get("head_kind", "eagle1"))
+        if kind not in HEAD_KINDS:
+            raise ValueError(f"model preset {e['name']!r}: 'head_kind' may only be {', '.join(HEAD_KINDS)}")
         out[e["name"]] = ModelPreset(name=e["name"], model=e["model"], head=e.get("head"), needs=needs,
-                                     note=str(e.get("note", "")), device=str(e.get("device", "auto")), dtype=dtype)
+                                     note=str(e.get("note", "")), device=str(e.get("device", "auto")), dtype=dtype,
+                                     head_kind=kind)
     return out
 
 

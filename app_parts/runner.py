@@ -1,20 +1,26 @@
-"""The Generate button: decode with EAGLE-2, EAGLE-1 and plain decoding in turn, timed as the bench times them,
-then draw every view from the records.
+"""The Generate button: a live pass that draws both trees as they grow, then a timed pass with nothing drawn.
 
-Nothing is drawn while a method decodes: a figure built, serialised, sent and rendered on the same cores
-would land inside the timed phases (and a visitor would read the page's drawing as the decoder's speed).
-Each method runs to the end with the garbage collector paused (the server holds many objects, and a
-collection inside a phase costs more than the phase), and its tokens/s is its whole decode's wall time, prefill
-included, as `python -m eagle2 bench` measures it. Between steps only a short status line is sent.
+Live pass: EAGLE-2 and EAGLE-1 decode one step each in turn, so that EAGLE-2's step k stands beside EAGLE-1's
+step k, and the page redraws both panels in one update at most every LIVE_EVERY_S, each with its newest step
+(never a backlog of old ones). Nothing of it is timed: building, serialising and sending figures share the
+cores with the decoder.
 
-A run may have a wall-clock budget: each method gets an equal share of what is left of it when its turn
-comes (so plain decoding still runs when EAGLE-2 is slow), checked between steps as Stop is, and a method
-past its share ends as Stop ends it, its output kept.
+Timed pass: the same decodes again (plain decoding too), with nothing drawn meanwhile. The methods take turns
+step by step, the first of each round rotating, so that no method is favoured by coming first or by whatever
+else the machine does during the run; each method's tokens/s is the wall time of its own steps, prefill
+included, as `python -m eagle2 bench` counts it, with the garbage collector paused inside each step. Between
+steps only a short status line goes out. With greedy decoding both passes must give the same tokens; the
+page checks it and says so if they ever differ. The records the page keeps are the timed pass's.
+
+A run may have a wall-clock budget, covering both passes: the live pass may use its share (two decodes of the
+run's four or five), the timed pass what is left. Either pass ends as Stop ends it when its time runs out, and
+keeps its output. Loading and tuning report progress on the status line (one progress line, not an overlay).
 """
 from __future__ import annotations
 
 import gc
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,12 +31,17 @@ import plotly.graph_objects as go
 from app_parts.presets import ModelPreset, describe_preset, in_use, load_presets, repo_relative
 from app_parts.session import TREE_METHODS, RunControl, Session, bound_faded
 from app_parts.settings import RunRequest, check_prompt, configs, settings_meta
-from app_parts.views import analysis_views, label, metrics_markdown, session_caption, text_view, tree_view
+from app_parts.views import (analysis_views, label, metrics_markdown, passes_note, session_caption, text_view,
+                             tree_view)
 from eagle2.api import decoder_for, encode_prompt, stream
 from eagle2.loading import Bundle
 
 log = logging.getLogger(__name__)
-STATUS_EVERY_S = 1.0  # how often the status line reports progress while a method decodes
+STATUS_EVERY_S = 1.0   # how often the status line reports progress in the timed pass and while loading
+LIVE_EVERY_S = 0.25    # the live pass redraws both trees at most 4 times a second, each time their newest steps
+SETTLE_S = 0.3         # a pause between the passes: the browser finishes drawing the last live frame first
+
+Progress = Callable[[float, str], None]
 
 
 @dataclass
@@ -52,18 +63,23 @@ class Update:
 
 def full_update(session: Session, status: str, show_pruned: bool = True, done: bool = False) -> Update:
     """Every view rebuilt from the session (end of a run, Stop, a loaded trace); scrubbed trees stay put."""
+    u = live_update(session, status, show_pruned)
+    u.done, u.metrics, u.analysis = done, metrics_markdown(session), analysis_views(session)
+    return u
+
+
+def live_update(session: Session, status: str, show_pruned: bool = True) -> Update:
+    """The trees, texts and captions of each followed method's newest step, in one update."""
     follow = [m for m in TREE_METHODS if session.follow.get(m, True)]
-    return Update(
-        session=session, status=status, done=done,
-        trees={m: tree_view(session, m, None, show_pruned) for m in follow},
-        texts={m: text_view(session, m) for m in follow},
-        captions={m: session_caption(session, m) for m in follow},
-        metrics=metrics_markdown(session), analysis=analysis_views(session))
+    return Update(session=session, status=status,
+                  trees={m: tree_view(session, m, None, show_pruned) for m in follow},
+                  texts={m: text_view(session, m) for m in follow},
+                  captions={m: session_caption(session, m) for m in follow})
 
 
 @contextmanager
 def _collector_paused() -> Iterator[None]:
-    """No garbage collection while a decoder runs (it is switched back on, as it was, between steps)."""
+    """No garbage collection while a decoder step runs (it is switched back on, as it was, between steps)."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -74,81 +90,144 @@ def _collector_paused() -> Iterator[None]:
 
 
 class Budget:
-    """A run's wall-clock budget shared between its methods: each may use an equal part of what is left when it
+    """A run's wall-clock budget shared between its passes: each pass may use its share of what is left when it
     starts. `clock` is a parameter so that tests can drive it."""
 
-    def __init__(self, seconds: float, methods: int, clock: Callable[[], float] = time.perf_counter):
-        self.seconds, self.left_to_start, self.clock = seconds, methods, clock
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.perf_counter):
+        self.seconds, self.clock = seconds, clock
         self.t0 = self.deadline = None
 
-    def start_method(self) -> float:
-        """The next method starts: its deadline on `clock`, now plus its share of the time left."""
+    def start(self, share: float = 1.0) -> float:
+        """A pass starts: its deadline on `clock` is now plus `share` of the time left; returns its seconds."""
         now = self.clock()
         if self.t0 is None:
             self.t0 = now
-        share = max(self.seconds - (now - self.t0), 0.0) / max(self.left_to_start, 1)
-        self.left_to_start -= 1
-        self.deadline = now + share
-        return share
+        seconds = max(self.seconds - (now - self.t0), 0.0) * share
+        self.deadline = now + seconds
+        return seconds
 
     def over(self) -> bool:
-        """Whether the running method has used its share."""
+        """Whether the running pass has used its share."""
         return self.deadline is not None and self.clock() >= self.deadline
+
+
+def _tokens(recs: list) -> list[int]:
+    return [t for r in recs for t in r.new_tokens]
 
 
 def _complete(recs: list, max_new_tokens: int, eos: set[int]) -> bool:
     """Whether a method's records already end its run (the token limit reached, or an end-of-sequence token)."""
-    tokens = [t for r in recs for t in r.new_tokens]
+    tokens = _tokens(recs)
     return len(tokens) >= max_new_tokens or any(t in eos for t in tokens[-1:])
 
 
-def _decode_timed(session: Session, gens: dict[str, Iterator], control: RunControl,
-                  budget: Budget | None = None, complete: Callable[[str, list], bool] | None = None
-                  ) -> Iterator[Update]:
-    """Run each method to the end (or Stop, or the end of its share of the budget) in turn, timing only the
-    decoder: the wall time of its steps, the prefill included. Between steps a status line goes out at most every
-    STATUS_EVERY_S; nothing else. A method its share cut short (its records not `complete`) is noted in
-    session.meta["budget"]["cut"] with its share in seconds."""
-    last = time.perf_counter()
-    for i, (m, gen) in enumerate(gens.items(), start=1):
-        if control.stop_requested:
+def _live_pass(session: Session, gens: dict[str, Iterator], control: RunControl, budget: Budget | None,
+               show_pruned: bool, clock: Callable[[], float]) -> Iterator[Update]:
+    """Decode the tree methods a step each in turn into `session.runs`, drawing both newest steps at most every
+    LIVE_EVERY_S and once more at the end. Returns (via StopIteration) whether its time share ran out."""
+    active = dict(gens)
+    for m in active:
+        session.runs[m] = []
+    drawn, shown = -LIVE_EVERY_S, None
+    cut = False
+    while active and not control.stop_requested:
+        if budget and budget.over():
+            cut = True
             break
-        recs = session.runs.setdefault(m, [])
-        session.decode_s[m] = 0.0
-        share = budget.start_method() if budget else None
-        while not control.stop_requested:
-            if budget and budget.over():
-                if not (complete and complete(m, recs)):
-                    session.meta["budget"]["cut"][m] = round(share, 1)
-                break
-            with _collector_paused():
-                t0 = time.perf_counter()
-                rec = next(gen, None)
-                session.decode_s[m] += time.perf_counter() - t0
+        for m in list(active):
+            rec = next(active[m], None)
             if rec is None:
-                break
-            recs.append(rec)
-            if time.perf_counter() - last >= STATUS_EVERY_S:
-                last = time.perf_counter()
-                yield Update(session=session, status=_progress(session, m, i, len(gens)))
+                del active[m]
+            else:
+                session.runs[m].append(rec)
+        if active and clock() - drawn >= LIVE_EVERY_S:
+            shown = [session.last_step(m) for m in gens]
+            yield live_update(session, _live_status(session), show_pruned)
+            drawn = clock()  # after the page took the update: at least LIVE_EVERY_S of decoding between redraws
+    if shown != [session.last_step(m) for m in gens]:  # the newest steps, if the last redraw did not show them
+        yield live_update(session, _live_status(session), show_pruned)
+    return cut
 
 
-def _progress(session: Session, method: str, i: int, n: int) -> str:
-    tokens = sum(len(r.new_tokens) for r in session.records(method))
-    return (f"Decoding {i} of {n}: {label(session, method)}: {tokens} tokens, step {session.last_step(method)} "
-            f"(nothing is drawn until the decodes end, so that the timings are the decoder's alone)…")
+def _live_status(session: Session) -> str:
+    steps = " · ".join(f"{label(session, m)} step {session.last_step(m)}" for m in TREE_METHODS if m in session.runs)
+    return f"Live pass (drawn as it decodes, not timed): {steps}…"
 
 
-def generate(req: RunRequest, get_bundle: Callable[[ModelPreset], Bundle], show_pruned: bool = True,
+def _timed_pass(session: Session, gens: dict[str, Iterator], control: RunControl, budget: Budget | None,
+                complete: Callable[[str, list], bool], clock: Callable[[], float]) -> Iterator[Update]:
+    """Decode every method a step each in turn, the first of each round rotating, timing only each method's own
+    steps, into `session.runs`; a status line at most every STATUS_EVERY_S. Methods still running when the
+    budget's share ran out (and not `complete`) are listed in session.meta["budget"]["cut"]."""
+    active = list(gens)
+    for m in active:
+        session.runs[m], session.decode_s[m] = [], 0.0
+    share = budget.start() if budget else None
+    last, rnd = time.perf_counter(), 0
+    while active and not control.stop_requested:
+        if budget and budget.over():
+            for m in active:
+                if not complete(m, session.runs[m]):
+                    session.meta["budget"]["cut"][m] = round(share, 1)
+            return
+        turn = active[rnd % len(active):] + active[:rnd % len(active)]
+        rnd += 1
+        for m in turn:
+            with _collector_paused():
+                t0 = clock()
+                rec = next(gens[m], None)
+                session.decode_s[m] += clock() - t0
+            if rec is None:
+                active.remove(m)
+            else:
+                session.runs[m].append(rec)
+        if time.perf_counter() - last >= STATUS_EVERY_S:
+            last = time.perf_counter()
+            yield Update(session=None, status=_timed_status(session))
+
+
+def _timed_status(session: Session) -> str:
+    tokens = " · ".join(f"{label(session, m)} {len(_tokens(session.records(m)))} tokens" for m in session.decode_s)
+    return f"Timed pass (nothing drawn, so that tokens/s is the decoder's alone): {tokens}…"
+
+
+def _in_background(work: Callable[[Progress], object], what: str) -> Iterator[Update]:
+    """Run `work(progress)` in a thread, yielding its newest progress message as the status line at most every
+    STATUS_EVERY_S; returns its result (via StopIteration) or raises what it raised."""
+    said, out = [what], {}
+
+    def progress(_fraction: float, message: str) -> None:
+        said[0] = message
+
+    def target() -> None:
+        try:
+            out["value"] = work(progress)
+        except BaseException as e:  # handed back to the generator's thread below
+            out["error"] = e
+
+    thread = threading.Thread(target=target, name="eagle2-load", daemon=True)
+    thread.start()
+    shown = None
+    while thread.is_alive():
+        thread.join(STATUS_EVERY_S / 4)
+        if said[0] != shown and thread.is_alive():
+            shown = said[0]
+            yield Update(session=None, status=shown)
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
+def generate(req: RunRequest, get_bundle: Callable[[ModelPreset, Progress], Bundle], show_pruned: bool = True,
              control: RunControl | None = None,
-             get_profile: Callable[[ModelPreset, Bundle], dict | None] | None = None,
+             get_profile: Callable[[ModelPreset, Bundle, Progress], dict | None] | None = None,
              budget_s: float | None = None, clock: Callable[[], float] = time.perf_counter) -> Iterator[Update]:
     """The whole Generate action as a stream of page updates; bad input yields one Update with `error`.
 
     Stop is cooperative: `control.stop_requested` ends the run after the current step, and the last
     update draws everything produced so far (Gradio's `cancels` can leave the page in an error state
     when it lands during a step). A run Stop took out of the queue ends at once, before anything loads.
-    `budget_s` bounds the decoding's wall time on `clock` (None: no bound), shared between the methods.
+    `budget_s` bounds both passes' wall time on `clock` (None: no bound).
     """
     control = control or RunControl()
     if not control.take_turn():
@@ -164,9 +243,9 @@ def generate(req: RunRequest, get_bundle: Callable[[ModelPreset], Bundle], show_
         control.running = False
 
 
-def _generate(req: RunRequest, get_bundle: Callable[[ModelPreset], Bundle], show_pruned: bool,
-              control: RunControl, get_profile, budget_s: float | None, clock: Callable[[], float]
-              ) -> Iterator[Update]:
+def _prepare(req: RunRequest, get_bundle, get_profile) -> Iterator[Update]:
+    """Check the request, load the model and the machine's profile (status lines meanwhile); returns
+    (preset, bundle, profile, configs, prompt ids), or None after an Update with `error`."""
     try:
         check_prompt(req.prompt)
         configs(req)  # every setting checked before anything loads
@@ -176,14 +255,17 @@ def _generate(req: RunRequest, get_bundle: Callable[[ModelPreset], Bundle], show
         preset = presets[req.preset]
     except ValueError as e:
         yield Update(session=None, status=f"⚠ {e}", error=str(e))
-        return
+        return None
     yield Update(session=None, status=f"Preparing {preset.name}…")
     try:
-        bundle = get_bundle(preset)
-        profile = get_profile(preset, bundle) if get_profile and req.sizing == "tuned" else None
+        bundle = yield from _in_background(lambda say: get_bundle(preset, say), f"Loading {preset.name}…")
+        profile = None
+        if get_profile and req.sizing == "tuned":
+            profile = yield from _in_background(lambda say: get_profile(preset, bundle, say),
+                                                "Tuning the tree size for this machine…")
     except RuntimeError as e:
         yield Update(session=None, status=f"⚠ {e}", error=str(e), model_info=describe_preset(preset))
-        return
+        return None
     cfgs = configs(req, profile)
     ids = encode_prompt(bundle.tokenizer, req.prompt)
     try:  # the engine's own rule: room in the context for the answer and the draft tree
@@ -191,51 +273,83 @@ def _generate(req: RunRequest, get_bundle: Callable[[ModelPreset], Bundle], show
             decoder_for(bundle).check_prompt(ids, cfgs[m])
     except ValueError as e:
         yield Update(session=None, status=f"⚠ {e}", error=str(e))
+        return None
+    return preset, bundle, profile, cfgs, ids
+
+
+def _generate(req: RunRequest, get_bundle, show_pruned: bool, control: RunControl, get_profile,
+              budget_s: float | None, clock: Callable[[], float]) -> Iterator[Update]:
+    ready = yield from _prepare(req, get_bundle, get_profile)
+    if ready is None:
         return
+    preset, bundle, profile, cfgs, ids = ready
     session = Session(source="live")
     session.meta = {"model": bundle.model_name, "head": repo_relative(bundle.head_name), "head_kind": bundle.head_kind,
                     "device": repo_relative(bundle.describe()),
                     "preset": preset.name, "prompt": req.prompt, "prompt_tokens": len(ids),
                     "settings": settings_meta(cfgs, req), "created": time.strftime("%Y-%m-%d %H:%M:%S")}
     if profile:
-        session.meta["costs"] = {k: profile[k] for k in ("measured", "verify_ms", "rest_ms")}
+        session.meta["costs"] = {k: profile[k] for k in ("measured", "verify_ms", "rest_ms") if k in profile}
     sizes = {k: getattr(cfgs["eagle2"], k) for k in ("total_tokens", "depth", "top_k")}
-    yield Update(session=None, status="Decoding…", model_info=in_use(bundle), sizes=sizes)
+    yield Update(session=session, status="Live pass…", model_info=in_use(bundle), sizes=sizes)
     methods = [*TREE_METHODS, *(["vanilla"] if req.with_vanilla else [])]
-    gens = {m: stream(bundle, ids, cfgs[m], should_stop=lambda: control.stop_requested) for m in methods}
     budget = None
     if budget_s is not None:
-        budget = Budget(budget_s, len(methods), clock)
+        budget = Budget(budget_s, clock)
         session.meta["budget"] = {"seconds": round(budget_s, 1), "cut": {}}
-    eos = decoder_for(bundle).eos
+        budget.start(len(TREE_METHODS) / (len(TREE_METHODS) + len(methods)))
 
-    def complete(m: str, recs: list) -> bool:
-        return _complete(recs, cfgs[m].max_new_tokens, eos)
+    def decodes(which) -> dict[str, Iterator]:
+        return {m: stream(bundle, ids, cfgs[m], should_stop=lambda: control.stop_requested) for m in which}
 
-    yield from _decode_timed(session, gens, control, budget, complete)
-    session.meta["page_timing"] = {"decode_s": {m: round(t, 4) for m, t in session.decode_s.items()}}
-    bound_faded(session)  # after the timed decodes: memory per visitor stays bounded
+    live_cut = yield from _live_pass(session, decodes(TREE_METHODS), control, budget, show_pruned, clock)
+    live = {m: _tokens(session.records(m)) for m in TREE_METHODS}
     if control.stop_requested:
+        bound_faded(session)
         yield full_update(session, _stopped_status(session), show_pruned, done=True)
         return
-    if session.meta.get("budget", {}).get("cut"):
-        yield full_update(session, _stopped_status(session, by_budget=True), show_pruned, done=True)
-        return
-    yield full_update(session, _done_status(session), show_pruned, done=True)
+    yield Update(session=None, status="Timed pass: decoding again with nothing drawn…")
+    gc.collect()  # the live pass's figures, collected now rather than inside a timed step
+    time.sleep(SETTLE_S)
+    eos = decoder_for(bundle).eos
+    yield from _timed_pass(session, decodes(methods), control, budget,
+                           lambda m, recs: _complete(recs, cfgs[m].max_new_tokens, eos), clock)
+    session.meta["page_timing"] = {"decode_s": {m: round(t, 4) for m, t in session.decode_s.items()},
+                                   "passes": _passes_meta(session, live, live_cut)}
+    bound_faded(session)  # after the timed decodes: memory per visitor stays bounded
+    if control.stop_requested:
+        status = _stopped_status(session)
+    elif session.meta.get("budget", {}).get("cut"):
+        status = _stopped_status(session, by_budget=True)
+    else:
+        status = _done_status(session)
+    yield full_update(session, status + passes_note(session, problems_only=True), show_pruned, done=True)
+
+
+def _passes_meta(session: Session, live: dict[str, list[int]], live_cut: bool) -> dict:
+    """How the live pass's tokens compare with the timed pass's: per tree method, equal (as far as both went)
+    or the first token where they differ."""
+    out: dict = {"live_cut": bool(live_cut), "same_tokens": {}}
+    for m, a in live.items():
+        b = _tokens(session.records(m))
+        n = min(len(a), len(b))
+        diff = next((i for i in range(n) if a[i] != b[i]), None)
+        out["same_tokens"][m] = True if diff is None else diff
+    return out
 
 
 def _stopped_status(session: Session, by_budget: bool = False) -> str:
-    tokens = ", ".join(f"{label(session, m)} {sum(len(r.new_tokens) for r in session.records(m))} tokens"
-                       for m in session.runs)
+    tokens = ", ".join(f"{label(session, m)} {len(_tokens(session.records(m)))} tokens" for m in session.runs)
     if by_budget:
         b = session.meta["budget"]
-        cut = ", ".join(f"{label(session, m)} after its {share:g} s" for m, share in b["cut"].items())
-        return (f"Stopped at the time limit: a Generate may decode for {b['seconds']:g} s, shared between the "
-                f"methods, and it cut {cut}. Kept what was produced: {tokens}. Ask for fewer tokens to see "
-                "every method to the end.")
+        cut = ", ".join(f"{label(session, m)}" for m in b["cut"])
+        share = next(iter(b["cut"].values()))
+        return (f"Stopped at the time limit: a Generate may decode for {b['seconds']:g} s, both passes together, "
+                f"and the timed pass's {share:g} s ended {cut} early. Kept what was produced: {tokens}. Ask for "
+                "fewer tokens to see every method to the end.")
     return f"Stopped. Kept what was produced: {tokens}. Generate again at any time."
 
 
 def _done_status(session: Session) -> str:
     steps = " · ".join(f"{label(session, m)}: {session.last_step(m)} steps" for m in TREE_METHODS)
-    return f"Done. {steps}. Drag a step slider to see any step again."
+    return f"Done. {steps}. Press Play to watch both trees again, or drag a step slider."

@@ -44,6 +44,10 @@ class Session:
     decode_s: dict[str, float] = field(default_factory=dict)  # wall time spent inside each decoder
     overhead_s: float = 0.0   # time spent building and sending views between decoder resumes
     source: str = ""          # "live" or the name of a loaded trace file
+    shown: dict[str, int] = field(default_factory=dict)  # the step each tree shows when it does not follow
+    play: int | None = None   # the step Play, Pause and the step buttons stand on (both trees together)
+    playing: bool = False
+    unfold_step: int | None = None  # the step the unfold view replays
 
     def records(self, method: str) -> list[StepRecord]:
         """The records of one method (empty when it has not run)."""

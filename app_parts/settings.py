@@ -10,6 +10,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from eagle2.tools.serving import Shape, sglang_flags
 from eagle2.config import ASSETS, LIMITS, STATIC_PRESET, DecodeConfig, cut_tree, load_tree_presets, parse_tree
 from eagle2.decode.methods import LABELS as METHOD_LABELS
 
@@ -195,10 +196,18 @@ def budget_markdown(total_tokens: object, tree_choice: str, tree_json: str, look
     return line
 
 
-def sglang_flags(depth: object, top_k: object, total_tokens: object) -> str:
-    """SGLang launch flags that serve the same dynamic tree shape (the paper's EAGLE-2: SGLang has no floors)."""
-    return (f"--speculative-algorithm EAGLE --speculative-num-steps {depth} "
-            f"--speculative-eagle-topk {top_k} --speculative-num-draft-tokens {total_tokens}")
+def page_flags(preset, depth: object, top_k: object, total_tokens: object, bundle=None) -> str:
+    """SGLang launch flags that serve the same dynamic tree shape with the preset's head (the paper's EAGLE-2:
+    SGLang has no floors), checked as `diagnose` checks them; the head kind is the loaded bundle's, else the
+    preset's. A shape SGLang would refuse gives the reason instead."""
+    kind = bundle.head_kind if bundle is not None else getattr(preset, "head_kind", "eagle1")
+    head = (getattr(preset, "head", None) or "DRAFT_MODEL_PATH") if preset is not None else "DRAFT_MODEL_PATH"
+    try:
+        shape = Shape(steps=_number("depth", depth, int), topk=_number("top-k", top_k, int),
+                      num_draft_tokens=_number("total tokens", total_tokens, int))
+        return sglang_flags(shape, head=head, kind=kind)
+    except ValueError as e:  # ConstraintError included: say which constraint, as diagnose does
+        return f"# no SGLang flags for this shape: {e}"
 
 
 def load_examples() -> list[dict[str, str]]:

@@ -104,8 +104,9 @@ def metrics_markdown(session: Session) -> str:
                      f"{r['target_forwards']} | {r['mean_accept_length']:.2f} | {r['tokens_per_s']:.1f} | {speed} | "
                      f"{_same_output(session, r['method'])} |")
     when = "in this run" if session.source == "live" else "when the trace was recorded"
-    how = ("each method decoded in turn with nothing drawn meanwhile, timed as `python -m eagle2 bench` times it "
-           "(the whole decode's wall time, prefill included)" if wall else
+    how = ("from the timed pass: after the live pass drew the trees, each method decoded again with nothing drawn "
+           "meanwhile, the methods taking turns step by step so that none is favoured by its place, each timed as "
+           "`python -m eagle2 bench` times it (its decode's own wall time, prefill included)" if wall else
            "from the engine's own phase timings (prefill included)")
     note = (f"Tokens/s: {how}, measured on this machine {when} ({session.meta.get('device', 'setup unknown')}). "
             "Speedup = tokens/s over plain decoding of the same prompt in the same run.")
@@ -127,8 +128,9 @@ def _limits_note(session: Session) -> str:
     limit = session.meta.get("budget")
     if isinstance(limit, dict) and limit.get("cut"):
         cut = ", ".join(f"{label(session, m)} after {s:g} s" for m, s in limit["cut"].items() if m in LABELS)
-        note += (f" ⏱ The time limit ({limit.get('seconds', '?')} s a Generate, shared between the methods) ended "
+        note += (f" ⏱ The time limit ({limit.get('seconds', '?')} s a Generate, both passes together) ended "
                  f"{cut}: its output is kept, and its tokens/s counts only the tokens it made.")
+    note += passes_note(session)
     dropped = session.meta.get("dropped")
     if isinstance(dropped, dict):
         for m in TREE_METHODS:
@@ -139,6 +141,22 @@ def _limits_note(session: Session) -> str:
                          f"trees only ({nodes:,} pruned nodes not kept; the newest steps keep theirs). The text, "
                          "metrics and analysis are unchanged.")
     return note
+
+
+def passes_note(session: Session, problems_only: bool = False) -> str:
+    """Whether the live pass (drawn) and the timed pass gave the same tokens, as the run recorded it."""
+    timing = session.meta.get("page_timing")
+    passes = timing.get("passes") if isinstance(timing, dict) else None
+    same = passes.get("same_tokens") if isinstance(passes, dict) else None
+    if not isinstance(same, dict) or not same:
+        return ""
+    bad = {m: i for m, i in same.items() if i is not True and m in LABELS}
+    if not bad:
+        return "" if problems_only else " The live pass and the timed pass gave the same tokens."
+    where = ", ".join(f"{label(session, m)} from token {i}" for m, i in bad.items())
+    greedy = session.meta.get("settings", {}).get("temperature", 0.0) == 0.0
+    return (f" ⚠ The live pass and the timed pass gave different tokens: {where}" +
+            (". Under greedy decoding they must not: please report it." if greedy else "."))
 
 
 def analysis_views(session: Session) -> tuple[go.Figure, ...]:

@@ -154,7 +154,7 @@ class Sampler(threading.Thread):
 
 
 def submit(client, prompt: str, sizing: str, lookup: bool, plain: bool, n: int):
-    return client.submit(prompt, max_new_tokens=n, tree_sizing=sizing, lookup_branch=lookup, run_plain=plain,
+    return client.submit(prompt, max_new_tokens=n, sizing=sizing, lookup=lookup, with_vanilla=plain,
                          api_name="/generate")
 
 

@@ -43,11 +43,12 @@ def _is_tree(value) -> bool:
     return any((t.get("meta") or {}).get("nodes") for t in fig["data"]) or "prefill" in value["plot"]
 
 
-def test_generate_draws_both_trees_once_the_decodes_end(client):
-    job = client.submit("Count from 1 to 10.", max_new_tokens=12, run_plain=False, api_name="/generate")
+def test_generate_streams_both_trees_live_then_times_the_decodes(client):
+    job = client.submit("Count from 1 to 10.", max_new_tokens=12, with_vanilla=False, api_name="/generate")
     outputs = list(job)
-    both = [i for i, o in enumerate(outputs) if _is_tree(o[2]) and _is_tree(o[3])]
-    assert both == [len(outputs) - 1], f"trees drawn in updates {both} of {len(outputs)}: only the last should"
+    live = [o for o in outputs if isinstance(o[0], str) and o[0].startswith("Live pass")]
+    assert live and all(_is_tree(o[2]) and _is_tree(o[3]) for o in live), "the live pass draws both trees"
+    assert any(isinstance(o[0], str) and o[0].startswith("Timed pass") for o in outputs)
     final = outputs[-1]
     assert final[0].startswith("Done.")
     assert any(isinstance(o[1], str) and "SmolLM2" in o[1] and "cpu float32" in o[1] for o in outputs)
@@ -61,7 +62,7 @@ def test_generate_draws_both_trees_once_the_decodes_end(client):
 def test_bad_settings_give_a_message_not_an_error(client):
     outputs = list(client.submit("   ", api_name="/generate"))
     assert outputs[-1][0].startswith("⚠") and "prompt is empty" in outputs[-1][0]
-    outputs = list(client.submit("Hi", static_tree_name="custom", custom_tree_json="[[0], [1", tree_sizing="custom",
+    outputs = list(client.submit("Hi", tree_choice="custom", tree_json="[[0], [1", sizing="custom",
                                  api_name="/generate"))
     assert "not valid JSON" in outputs[-1][0]
 
@@ -74,7 +75,7 @@ def test_concurrent_sessions_each_get_their_own_run(url, embedded):
 
     prompts = ["Name three colours.", "What is 2 + 2?"]
     clients = [Client(url, verbose=False) for _ in prompts]
-    jobs = [c.submit(p, max_new_tokens=6, run_plain=False, api_name="/generate") for c, p in zip(clients, prompts)]
+    jobs = [c.submit(p, max_new_tokens=6, with_vanilla=False, api_name="/generate") for c, p in zip(clients, prompts)]
     finals = [list(job)[-1] for job in jobs]  # both were queued at once; the model runs one decode at a time
     for prompt, final, c in zip(prompts, finals, clients):
         want = run(embedded, prompt, DecodeConfig(method="vanilla", max_new_tokens=6)).records
@@ -93,7 +94,7 @@ def test_stop_ends_a_long_run_and_the_next_one_works(client):
     # the page's largest token limit (512 on a CPU: about half a minute for both trees on 2 cores): long enough
     # that a client lagging behind the stream on a slow machine still finds the run going when it asks to stop
     longest = page_token_limit()
-    job = client.submit("Tell me a long story about a dragon.", max_new_tokens=longest, run_plain=False,
+    job = client.submit("Tell me a long story about a dragon.", max_new_tokens=longest, with_vanilla=False,
                         api_name="/generate")
     deadline = time.time() + 120
     seen = False
@@ -105,5 +106,5 @@ def test_stop_ends_a_long_run_and_the_next_one_works(client):
     final = list(job)[-1]
     assert final[0].startswith("Stopped. Kept what was produced")
     assert 3 <= final[8].count("data-step=") < longest and _shown_text(final[8])  # what was made stays shown
-    again = list(client.submit("Say hello.", max_new_tokens=4, run_plain=False, api_name="/generate"))[-1]
+    again = list(client.submit("Say hello.", max_new_tokens=4, with_vanilla=False, api_name="/generate"))[-1]
     assert again[0].startswith("Done.")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -53,22 +55,29 @@ class FakeClock:
         return self.now
 
 
-def _fake_decoding(monkeypatch, clock: FakeClock, step_s: dict[str, float]) -> tuple[dict[str, int], object]:
+def _fake_decoding(monkeypatch, clock: FakeClock, step_s: dict[str, float],
+                   differ: str | None = None) -> tuple[dict[str, list[int]], object]:
     """Replace the model with a stream of `_step` records, each advancing the clock by its method's step time;
-    returns (steps each method ran, filled in as they run; a bundle to decode with)."""
+    returns (the steps each decode of each method ran, filled in as they run; a bundle to decode with).
+    `differ`: that method's second decode commits other tokens (as if the live and timed passes disagreed)."""
     import app_parts.runner as runner
 
-    ran: dict[str, int] = {}
+    ran: dict[str, list[int]] = {}
 
     def stream(bundle, ids, cfg, should_stop=None):
         m = cfg.method
+        ran.setdefault(m, []).append(0)
+        second = len(ran[m]) > 1
         for step in range(cfg.max_new_tokens):
             made = 0 if step == 0 else 1 + 2 * (step - 1)  # the prefill makes one token, each step two
             if made >= cfg.max_new_tokens or (should_stop and should_stop()):
                 return
             clock.now += step_s[m]
-            ran[m] = step + 1
-            yield _step(m, step)
+            ran[m][-1] = step + 1
+            rec = _step(m, step)
+            if differ == m and second and step == 2:
+                rec = replace(rec, new_tokens=(9, 9))
+            yield rec
 
     class FakeDecoder:
         eos: set[int] = set()
@@ -82,54 +91,113 @@ def _fake_decoding(monkeypatch, clock: FakeClock, step_s: dict[str, float]) -> t
     monkeypatch.setattr(runner, "decoder_for", lambda b: FakeDecoder())
     monkeypatch.setattr(runner, "stream", stream)
     monkeypatch.setattr(runner, "STATUS_EVERY_S", 1e9)
+    monkeypatch.setattr(runner, "SETTLE_S", 0.0)
     return ran, bundle
 
 
-def test_the_time_limit_cuts_a_slow_method_keeps_its_output_and_the_others_still_run(monkeypatch):
+def _steps_shown(u) -> dict[str, int]:
+    return {m: int(re.search(r"step (\d+)", fig.layout.title.text).group(1)) for m, fig in u.trees.items()}
+
+
+def test_the_live_pass_draws_step_k_beside_step_k_then_the_timed_pass_draws_nothing(monkeypatch):
     clock = FakeClock()
-    # EAGLE-2 takes 2 s a step, the others 0.5 s; 30 s for the run: EAGLE-2's share is 10 s (5 steps),
-    # EAGLE-1 then has 10 s of its 20 and needs 6 s, plain decoding the 14 s left and needs 6 s
+    ran, bundle = _fake_decoding(monkeypatch, clock, {"eagle2": 1.0, "eagle1": 1.0, "vanilla": 0.5})
+    updates = list(generate(RunRequest(prompt=PROMPT, preset=PRESET, max_new_tokens=22),
+                            lambda p, say=None: bundle, clock=clock))
+    timed_from = next(i for i, u in enumerate(updates) if u.status.startswith("Timed pass"))
+    live = [u for u in updates[:timed_from] if u.trees]
+    assert len(live) >= 10 and all(u.status.startswith("Live pass") for u in live)
+    shown = [_steps_shown(u) for u in live]
+    assert all(s["eagle2"] == s["eagle1"] for s in shown)  # EAGLE-2's step k beside EAGLE-1's step k
+    assert [s["eagle2"] for s in shown] == sorted({s["eagle2"] for s in shown})  # newest steps, in order
+    assert not any(u.trees for u in updates[timed_from:-1]), "nothing is drawn while the decoders are timed"
+    last = updates[-1]
+    assert last.done and last.error is None and last.trees and last.analysis and last.status.startswith("Done.")
+    assert ran == {"eagle2": [12, 12], "eagle1": [12, 12], "vanilla": [12]}  # live pass: the trees only
+    timing = last.session.meta["page_timing"]
+    assert timing["decode_s"] == {"eagle2": 12.0, "eagle1": 12.0, "vanilla": 6.0}  # each method's own steps
+    assert timing["passes"]["same_tokens"] == {"eagle2": True, "eagle1": True}
+    assert "the same tokens" in last.metrics and "taking turns step by step" in last.metrics
+
+
+def test_the_page_says_when_the_two_passes_disagree(monkeypatch):
+    clock = FakeClock()
+    ran, bundle = _fake_decoding(monkeypatch, clock, {"eagle2": 1.0, "eagle1": 1.0, "vanilla": 0.5},
+                                 differ="eagle1")
+    last = list(generate(RunRequest(prompt=PROMPT, preset=PRESET, max_new_tokens=22), lambda p, say=None: bundle,
+                         clock=clock))[-1]
+    assert last.session.meta["page_timing"]["passes"]["same_tokens"] == {"eagle2": True, "eagle1": 3}
+    said = "⚠ The live pass and the timed pass gave different tokens: EAGLE-1 (static tree) from token 3. Under greedy"
+    assert said in last.status and said in last.metrics
+
+
+def test_the_time_limit_covers_both_passes_and_keeps_what_was_made(monkeypatch):
+    clock = FakeClock()
+    # 50 s: the live pass (2 of the 5 decodes) may use 20 s, 8 rounds of 2.5 s; the timed pass the 30 s left,
+    # 10 rounds of 3 s, and it ends before the 11th with every method two steps short of its 12
     ran, bundle = _fake_decoding(monkeypatch, clock, {"eagle2": 2.0, "eagle1": 0.5, "vanilla": 0.5})
-    req = RunRequest(prompt=PROMPT, preset=PRESET, max_new_tokens=22)
-    updates = list(generate(req, lambda p: bundle, budget_s=30.0, clock=clock))
+    updates = list(generate(RunRequest(prompt=PROMPT, preset=PRESET, max_new_tokens=22),
+                            lambda p, say=None: bundle, budget_s=50.0, clock=clock))
     last = updates[-1]
     assert last.done and last.error is None and last.trees and last.analysis
     s = last.session
-    assert ran == {"eagle2": 5, "eagle1": 12, "vanilla": 12}
-    assert s.meta["budget"] == {"seconds": 30.0, "cut": {"eagle2": 10.0}}
-    assert [len(s.records(m)) for m in ("eagle2", "eagle1", "vanilla")] == [5, 12, 12]  # output kept
-    assert last.status.startswith("Stopped at the time limit: a Generate may decode for 30 s")
-    assert "EAGLE-2 (dynamic tree) after its 10 s" in last.status and "EAGLE-2 (dynamic tree) 9 tokens" in last.status
-    assert "The time limit (30.0 s a Generate" in last.metrics and "after 10 s" in last.metrics
-    assert "yes (first 9 tokens)" in last.metrics  # the cut text is plain decoding's, as far as it goes
+    assert ran == {"eagle2": [8, 10], "eagle1": [8, 10], "vanilla": [10]}
+    assert s.meta["budget"] == {"seconds": 50.0, "cut": {"eagle2": 30.0, "eagle1": 30.0, "vanilla": 30.0}}
+    assert [len(s.records(m)) for m in ("eagle2", "eagle1", "vanilla")] == [10, 10, 10]  # output kept
+    assert last.status.startswith("Stopped at the time limit: a Generate may decode for 50 s, both passes together")
+    assert "EAGLE-2 (dynamic tree) 19 tokens" in last.status
+    assert "The time limit (50.0 s a Generate, both passes together)" in last.metrics
+    assert "yes" in last.metrics  # the cut text is plain decoding's, as far as it goes
 
 
 def test_without_a_time_limit_every_method_runs_to_the_end(monkeypatch):
     clock = FakeClock()
     ran, bundle = _fake_decoding(monkeypatch, clock, {"eagle2": 2.0, "eagle1": 0.5, "vanilla": 0.5})
-    last = list(generate(RunRequest(prompt=PROMPT, preset=PRESET, max_new_tokens=22), lambda p: bundle,
+    last = list(generate(RunRequest(prompt=PROMPT, preset=PRESET, max_new_tokens=22), lambda p, say=None: bundle,
                          clock=clock))[-1]
-    assert ran == {"eagle2": 12, "eagle1": 12, "vanilla": 12} and last.status.startswith("Done.")
+    assert ran == {"eagle2": [12, 12], "eagle1": [12, 12], "vanilla": [12]} and last.status.startswith("Done.")
     assert "budget" not in last.session.meta and "time limit" not in last.metrics
 
 
 def test_a_method_that_ends_exactly_at_its_deadline_is_not_called_cut(monkeypatch):
     clock = FakeClock()
     ran, bundle = _fake_decoding(monkeypatch, clock, {"eagle2": 1.0, "eagle1": 1.0, "vanilla": 1.0})
-    last = list(generate(RunRequest(prompt=PROMPT, preset=PRESET, max_new_tokens=10), lambda p: bundle,
-                         budget_s=18.0, clock=clock))[-1]  # 6 steps make 11 tokens: each ends as its 6 s do
-    assert ran == {"eagle2": 6, "eagle1": 6, "vanilla": 6}
+    # 6 steps make 11 tokens; the live pass takes 12 s of its 12 (2/5 of 30), the timed pass 18 s of 18
+    last = list(generate(RunRequest(prompt=PROMPT, preset=PRESET, max_new_tokens=10), lambda p, say=None: bundle,
+                         budget_s=30.0, clock=clock))[-1]
+    assert ran == {"eagle2": [6, 6], "eagle1": [6, 6], "vanilla": [6]}
     assert last.session.meta["budget"]["cut"] == {} and last.status.startswith("Done.")
 
 
-def test_budget_shares_what_is_left_equally():
+def test_the_timed_pass_rotates_which_method_goes_first(monkeypatch):
+    import app_parts.runner as runner
+
+    order: list[str] = []
     clock = FakeClock()
-    b = Budget(90.0, 3, clock)
-    assert b.start_method() == 30.0 and not b.over()
-    clock.now = 12.0  # the first method ended early: the other two share the 78 s left
-    assert b.start_method() == 39.0
-    clock.now = 51.0
-    assert b.over() and b.start_method() == 39.0
+    ran, bundle = _fake_decoding(monkeypatch, clock, {"eagle2": 1.0, "eagle1": 1.0, "vanilla": 1.0})
+    inner = runner.stream
+
+    def spy(bundle, ids, cfg, should_stop=None):
+        for rec in inner(bundle, ids, cfg, should_stop):
+            order.append(cfg.method)
+            yield rec
+
+    monkeypatch.setattr(runner, "stream", spy)
+    list(generate(RunRequest(prompt=PROMPT, preset=PRESET, max_new_tokens=10), lambda p, say=None: bundle,
+                  clock=clock))
+    timed = order[12:]  # after the live pass's 6 + 6 steps
+    firsts = [timed[i] for i in range(0, 18, 3)]
+    assert firsts == ["eagle2", "eagle1", "vanilla"] * 2 and sorted(timed) == sorted(["eagle2", "eagle1", "vanilla"] * 6)
+
+
+def test_budget_shares_what_is_left_between_the_passes():
+    clock = FakeClock()
+    b = Budget(90.0, clock)
+    assert b.start(0.4) == 36.0 and not b.over()
+    clock.now = 12.0  # the live pass ended early: the timed pass has the 78 s left
+    assert b.start() == 78.0
+    clock.now = 90.0
+    assert b.over()
 
 
 def test_budget_and_lifetime_settings(monkeypatch):

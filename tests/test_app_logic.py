@@ -12,7 +12,9 @@ from app_parts import actions  # noqa: E402
 from app_parts.presets import CACHE, ModelPreset, load_presets, unavailable_reason  # noqa: E402
 from app_parts.runner import generate  # noqa: E402
 from app_parts.session import RunControl, Session, export_trace, import_trace  # noqa: E402
-from app_parts.settings import CUT, RunRequest, budget_markdown, configs, sglang_flags  # noqa: E402
+from app_parts.settings import CUT, RunRequest, budget_markdown, configs, page_flags  # noqa: E402
+from eagle2.tools.serving import Shape  # noqa: E402
+from eagle2.tools.serving import sglang_flags as diagnose_flags  # noqa: E402
 from eagle2.config import DecodeConfig  # noqa: E402
 from eagle2.decode.records import Trace  # noqa: E402
 
@@ -43,8 +45,10 @@ def finished(bundle) -> list:
 
 
 @pytest.mark.slow
-def test_run_decodes_each_method_undrawn_then_draws_everything(finished):
-    assert not any(u.trees for u in finished[:-1]), "nothing is drawn while the decoders are timed"
+def test_run_draws_the_live_pass_then_times_each_method_undrawn(finished):
+    timed_from = next(i for i, u in enumerate(finished) if u.status.startswith("Timed pass"))
+    assert any(u.trees for u in finished[:timed_from]), "the live pass draws the trees as they grow"
+    assert not any(u.trees for u in finished[timed_from:-1]), "nothing is drawn while the decoders are timed"
     last = finished[-1]
     assert last.done and last.error is None and last.analysis is not None and len(last.analysis) == 6
     assert set(last.trees) == {"eagle2", "eagle1"}
@@ -283,8 +287,12 @@ def _fake_step():
 
 
 def test_settings_helpers():
-    assert sglang_flags(6, 10, 60) == ("--speculative-algorithm EAGLE --speculative-num-steps 6 "
-                                       "--speculative-eagle-topk 10 --speculative-num-draft-tokens 60")
+    presets = list(load_presets().values())
+    embedded, llama3 = presets[0], next(p for p in presets if p.head_kind == "eagle3")
+    assert page_flags(embedded, 6, 10, 60) == diagnose_flags(Shape(6, 10, 60))  # the tools' one copy
+    assert page_flags(llama3, 6, 10, 60).startswith("--speculative-algorithm EAGLE3 ")  # the head kind that runs
+    assert llama3.head in page_flags(llama3, 6, 10, 60)
+    assert page_flags(embedded, 3, 1, 8).startswith("# no SGLang flags") and "must equal" in page_flags(embedded, 3, 1, 8)
     assert "EAGLE-2 **26** nodes verified per step, depth 6, top-k 10 · EAGLE-1 **26**" in \
         budget_markdown(26, "mc_sim_7b_63", "")
     assert "differ" in budget_markdown(30, "mc_sim_7b_63", "") and "differ" not in budget_markdown(20, CUT, "")
@@ -373,7 +381,7 @@ def test_a_decoder_failure_becomes_a_message(monkeypatch):
 
     monkeypatch.setattr(runner, "encode_prompt", lambda tok, text: [1, 2, 3])
     monkeypatch.setattr(runner, "decoder_for", lambda bundle: Broken())
-    updates = list(generate(RunRequest(prompt=PROMPT, preset=PRESET), lambda preset: FakeBundle()))
+    updates = list(generate(RunRequest(prompt=PROMPT, preset=PRESET), lambda preset, say=None: FakeBundle()))
     assert updates[-1].error == "decoding failed: head does not fit the target" and updates[-1].session is None
 
 

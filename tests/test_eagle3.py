@@ -239,7 +239,7 @@ def test_the_page_runs_an_eagle3_head_and_says_so(embedded):
     head = eagle3.new_head(embedded.target, torch.arange(4096)).eval().requires_grad_(False)
     bundle = replace(embedded, head=head, head_name="an untrained EAGLE-3 head")
     req = RunRequest(prompt="Count from 1 to 5.", preset=next(iter(load_presets())), max_new_tokens=8)
-    last = list(generate(req, lambda preset: bundle))[-1]
+    last = list(generate(req, lambda preset, say=None: bundle))[-1]
     assert last.error is None and set(last.trees) == {"eagle2", "eagle1"}
     s = last.session
     assert s.meta["head_kind"] == "eagle3" and "head EAGLE-3 an untrained EAGLE-3 head" in s.meta["device"]
