@@ -231,8 +231,12 @@ def _show(ui: SimpleNamespace, u: Update) -> dict:
 def _by_name(fn: Callable, names: tuple[str, ...], *extra: str) -> Callable:
     """`fn(values: dict, *extra)` as a function of the named parameters `names` then `extra`, so that Gradio (and
     its API) sees one parameter per control, named as RunRequest names the field."""
-    def wrapped(*args):
-        return fn(dict(zip(names, args[:len(names)])), *args[len(names):])
+    if inspect.isgeneratorfunction(fn):  # Gradio streams only what it sees to be a generator function
+        def wrapped(*args):
+            yield from fn(dict(zip(names, args[:len(names)])), *args[len(names):])
+    else:
+        def wrapped(*args):
+            return fn(dict(zip(names, args[:len(names)])), *args[len(names):])
     params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in (*names, *extra)]
     wrapped.__signature__ = inspect.Signature(params)
     wrapped.__name__ = fn.__name__
@@ -259,7 +263,7 @@ def _generate_handler(ui: SimpleNamespace) -> Callable:
             return CACHE.profile(preset, bundle, say)
 
         for u in generate(req, loader, show_pruned=bool(show_pruned), control=control, get_profile=profile,
-                          budget_s=_run_budget()):
+                          budget_s=_run_budget(), profile_stale=CACHE.forget_profile):
             yield _show(ui, u)
 
     return _by_name(on_generate, LINKED, "show_pruned", "control")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from eagle2.config import ASSETS
 from eagle2.loading import DTYPES, Bundle, load, pick_device
-from eagle2.tools.profile import load_profile, machine_profile, warm_up
+from eagle2.tools.profile import forget_profile, load_profile, machine_profile, warm_up
 
 NEEDS = ("cuda", "hub")
 HEAD_KINDS = ("eagle1", "eagle3")
@@ -158,6 +158,12 @@ class BundleCache:
                        ) if progress else None
                 self._profiles[preset.name] = machine_profile(bundle, progress=say)
             return self._profiles[preset.name]
+
+    def forget_profile(self, preset: ModelPreset, bundle: Bundle) -> None:
+        """A run contradicted the preset's profile: drop it (here and on disk), so the next run measures it again."""
+        with self._lock:
+            self._profiles.pop(preset.name, None)
+            forget_profile(bundle)
 
     def loaded(self, name: str) -> Bundle | None:
         """The bundle for `name` if it is loaded already."""

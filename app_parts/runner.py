@@ -35,6 +35,7 @@ from app_parts.views import (analysis_views, label, metrics_markdown, passes_not
                              tree_view)
 from eagle2.api import decoder_for, encode_prompt, stream
 from eagle2.loading import Bundle
+from eagle2.tools.profile import check_profile
 
 log = logging.getLogger(__name__)
 STATUS_EVERY_S = 1.0   # how often the status line reports progress in the timed pass and while loading
@@ -221,13 +222,16 @@ def _in_background(work: Callable[[Progress], object], what: str) -> Iterator[Up
 def generate(req: RunRequest, get_bundle: Callable[[ModelPreset, Progress], Bundle], show_pruned: bool = True,
              control: RunControl | None = None,
              get_profile: Callable[[ModelPreset, Bundle, Progress], dict | None] | None = None,
-             budget_s: float | None = None, clock: Callable[[], float] = time.perf_counter) -> Iterator[Update]:
+             budget_s: float | None = None, clock: Callable[[], float] = time.perf_counter,
+             profile_stale: Callable[[ModelPreset, Bundle], None] | None = None) -> Iterator[Update]:
     """The whole Generate action as a stream of page updates; bad input yields one Update with `error`.
 
     Stop is cooperative: `control.stop_requested` ends the run after the current step, and the last
     update draws everything produced so far (Gradio's `cancels` can leave the page in an error state
     when it lands during a step). A run Stop took out of the queue ends at once, before anything loads.
-    `budget_s` bounds both passes' wall time on `clock` (None: no bound).
+    `budget_s` bounds both passes' wall time on `clock` (None: no bound). `profile_stale(preset, bundle)` is
+    called when this run's timed verify cost contradicts the machine profile (`check_profile`): it is measured
+    again on the next run.
     """
     control = control or RunControl()
     if not control.take_turn():
@@ -235,7 +239,7 @@ def generate(req: RunRequest, get_bundle: Callable[[ModelPreset, Progress], Bund
                                            "Generate again at any time.", done=True)
         return
     try:
-        yield from _generate(req, get_bundle, show_pruned, control, get_profile, budget_s, clock)
+        yield from _generate(req, get_bundle, show_pruned, control, get_profile, budget_s, clock, profile_stale)
     except (ValueError, RuntimeError) as e:  # a failure inside the decoder: say what, keep the page working
         log.exception("decoding failed")
         yield Update(session=None, status=f"⚠ decoding failed: {e}", error=f"decoding failed: {e}")
@@ -278,7 +282,7 @@ def _prepare(req: RunRequest, get_bundle, get_profile) -> Iterator[Update]:
 
 
 def _generate(req: RunRequest, get_bundle, show_pruned: bool, control: RunControl, get_profile,
-              budget_s: float | None, clock: Callable[[], float]) -> Iterator[Update]:
+              budget_s: float | None, clock: Callable[[], float], profile_stale=None) -> Iterator[Update]:
     ready = yield from _prepare(req, get_bundle, get_profile)
     if ready is None:
         return
@@ -289,7 +293,7 @@ def _generate(req: RunRequest, get_bundle, show_pruned: bool, control: RunContro
                     "preset": preset.name, "prompt": req.prompt, "prompt_tokens": len(ids),
                     "settings": settings_meta(cfgs, req), "created": time.strftime("%Y-%m-%d %H:%M:%S")}
     if profile:
-        session.meta["costs"] = {k: profile[k] for k in ("measured", "verify_ms", "rest_ms") if k in profile}
+        session.meta["costs"] = {k: profile[k] for k in ("measured", "how", "verify_ms", "rest_ms") if k in profile}
     sizes = {k: getattr(cfgs["eagle2"], k) for k in ("total_tokens", "depth", "top_k")}
     yield Update(session=session, status="Live pass…", model_info=in_use(bundle), sizes=sizes)
     methods = [*TREE_METHODS, *(["vanilla"] if req.with_vanilla else [])]
@@ -316,6 +320,12 @@ def _generate(req: RunRequest, get_bundle, show_pruned: bool, control: RunContro
                            lambda m, recs: _complete(recs, cfgs[m].max_new_tokens, eos), clock)
     session.meta["page_timing"] = {"decode_s": {m: round(t, 4) for m, t in session.decode_s.items()},
                                    "passes": _passes_meta(session, live, live_cut)}
+    if profile and not control.stop_requested:  # the profile against the steps this run has just timed
+        check = check_profile(profile, session.records("eagle2"), cfgs["eagle2"].total_tokens)
+        if check is not None:
+            session.meta["costs"]["check"] = check
+            if not check["ok"] and profile_stale is not None:
+                profile_stale(preset, bundle)
     bound_faded(session)  # after the timed decodes: memory per visitor stays bounded
     if control.stop_requested:
         status = _stopped_status(session)

@@ -10,6 +10,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from eagle2.tools.profile import tuned_config
 from eagle2.tools.serving import Shape, sglang_flags
 from eagle2.config import ASSETS, LIMITS, STATIC_PRESET, DecodeConfig, cut_tree, load_tree_presets, parse_tree
 from eagle2.decode.methods import LABELS as METHOD_LABELS
@@ -129,8 +130,8 @@ def sizes(req: RunRequest, profile: dict | None = None) -> tuple[dict, tuple[tup
     if req.sizing not in SIZINGS:
         raise ValueError(f"sizing must be one of {', '.join(SIZINGS)}, not {req.sizing!r}")
     if req.sizing == "tuned" and profile is not None:
-        e = profile["eagle2"]
-        size = {k: e[k] for k in ("total_tokens", "depth", "top_k", "draft_tokens")}
+        tuned = tuned_config(profile, _D)
+        size = {k: getattr(tuned, k) for k in ("total_tokens", "depth", "top_k", "draft_tokens")}
         return size, static_tree(CUT, "", size["total_tokens"])
     if req.sizing in ("tuned", "paper"):
         return {**PAPER, "draft_tokens": 0}, static_tree(STATIC_PRESET, "")
@@ -172,7 +173,8 @@ def budget_markdown(total_tokens: object, tree_choice: str, tree_json: str, look
     dynamic, static = cfg["eagle2"].total_tokens, len(cfg["eagle1"].tree) + 1
     name = METHOD_LABELS[cfg["eagle2"].name]
     if sizing == "tuned":
-        head = (f"Comparing at the budget tuned for this machine ({profile['measured']}): " if profile else
+        head = (f"Comparing at the budget tuned for this machine (measured {profile['measured']}; "
+                f"{profile.get('how', 'timed once')}): " if profile else
                 "Comparing at the budget tuned for this machine (measured on the first Generate, up to a minute; "
                 "the paper's settings where nothing is measured, as on a GPU): ")
     elif sizing == "paper":

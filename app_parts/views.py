@@ -130,7 +130,7 @@ def _limits_note(session: Session) -> str:
         cut = ", ".join(f"{label(session, m)} after {s:g} s" for m, s in limit["cut"].items() if m in LABELS)
         note += (f" ⏱ The time limit ({limit.get('seconds', '?')} s a Generate, both passes together) ended "
                  f"{cut}: its output is kept, and its tokens/s counts only the tokens it made.")
-    note += passes_note(session)
+    note += passes_note(session) + profile_note(session)
     dropped = session.meta.get("dropped")
     if isinstance(dropped, dict):
         for m in TREE_METHODS:
@@ -141,6 +141,22 @@ def _limits_note(session: Session) -> str:
                          f"trees only ({nodes:,} pruned nodes not kept; the newest steps keep theirs). The text, "
                          "metrics and analysis are unchanged.")
     return note
+
+
+def profile_note(session: Session) -> str:
+    """How this machine's profile, which sized the trees, compares with the verify cost this run timed."""
+    costs = session.meta.get("costs")
+    check = costs.get("check") if isinstance(costs, dict) else None
+    if not isinstance(check, dict) or not all(isinstance(check.get(k), (int, float))
+                                              for k in ("measured_ms", "predicted_ms", "rows", "ratio")):
+        return ""
+    when = f" (measured {costs['measured']})" if isinstance(costs.get("measured"), str) else ""
+    said = (f" The machine profile that sized the trees{when} predicted {check['predicted_ms']:.1f} ms to verify "
+            f"{check['rows']} rows; this run's median was {check['measured_ms']:.1f} ms")
+    off = abs(check["ratio"] - 1)
+    if check.get("ok"):
+        return said + f" (within {off:.0%})."
+    return said + f", {off:.0%} off, so the profile is measured again on the next Generate."
 
 
 def passes_note(session: Session, problems_only: bool = False) -> str:

@@ -2,12 +2,25 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
+
+# The suite's own cache, never the user's: the converted model, the row kernel's build, the machine profile and
+# anything else written to a cache folder go under the checkout's .cache/test-suite (ignored by git), whatever
+# the environment says, so that a profile measured while tests and a browser share the cores never sizes the
+# user's page.
+SUITE_CACHE = Path(__file__).resolve().parent.parent / ".cache" / "test-suite"
+os.environ["EAGLE2_CACHE"] = str(SUITE_CACHE / "eagle2-viz")
+os.environ["TORCH_EXTENSIONS_DIR"] = str(SUITE_CACHE / "torch_extensions")
+os.environ["XDG_CACHE_HOME"] = str(SUITE_CACHE)
+os.environ["HF_HOME"] = str(SUITE_CACHE / "huggingface")
+os.environ["HF_HUB_OFFLINE"] = "1"
 
 
 class CharTokenizer:

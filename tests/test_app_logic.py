@@ -326,7 +326,8 @@ def test_each_sizing_says_which_comparison_it_shows():
     assert configs(RunRequest(**{**base.__dict__, "sizing": "tuned"}))["eagle2"].total_tokens == 60  # no profile
     mine = configs(base, PROFILE)
     assert mine["eagle2"].total_tokens == 12 and len(mine["eagle1"].tree) == 5  # the sliders and chain_5
-    assert "budget tuned for this machine (2026-01-01" in budget_markdown(12, CUT, "", sizing="tuned", profile=PROFILE)
+    assert "budget tuned for this machine (measured 2026-01-01" in budget_markdown(12, CUT, "", sizing="tuned",
+                                                                               profile=PROFILE)
     assert "paper's settings" in budget_markdown(12, CUT, "", sizing="paper") and \
         "not like for like" in budget_markdown(12, CUT, "", sizing="paper")
 

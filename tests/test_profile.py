@@ -1,6 +1,9 @@
 """The page's per-machine profile: tuned once, cached under a key naming the machine, drawn as break-even τ."""
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -64,3 +67,40 @@ def test_the_cost_chart_marks_each_run_and_says_when_nothing_was_measured():
     assert "2026-01-01" in fig.layout.annotations[0].text
     empty = cost_figure(None, {"eagle2": [step]}, depth=3)
     assert not empty.data and "no costs measured" in empty.layout.annotations[0].text
+
+
+def test_the_suite_writes_into_its_own_cache_not_the_users():
+    from eagle2.config import cache_dir
+    from tests.conftest import SUITE_CACHE
+
+    home = Path(os.path.expanduser("~")).resolve()
+    for path in (cache_dir(), Path(os.environ["TORCH_EXTENSIONS_DIR"]), Path(os.environ["XDG_CACHE_HOME"])):
+        assert path.resolve().is_relative_to(SUITE_CACHE), path
+        assert not path.resolve().is_relative_to(home / ".cache"), path
+
+
+def test_costs_never_fall_as_rows_or_depth_grow():
+    from eagle2.tools.autotune import monotone
+
+    noisy = {1: 64.0, 2: 33.9, 4: 36.0, 8: 41.4, 16: 40.0, 26: 76.5}  # a busy moment timed the 1-row verify
+    fit = monotone(noisy)
+    assert list(fit) == sorted(noisy) and all(fit[a] <= fit[b] for a, b in zip(sorted(fit), sorted(fit)[1:]))
+    assert fit[26] == 76.5 and fit[1] == fit[2] < 64.0  # the violators pooled, the rest untouched
+    assert monotone({1: 1.0, 2: 2.0}) == {1: 1.0, 2: 2.0}
+    assert sum(fit.values()) == sum(noisy.values())  # pooling keeps the total (least squares)
+
+
+def test_a_run_that_contradicts_the_profile_has_it_measured_again():
+    from eagle2.decode.records import StepRecord
+
+    def step(ms: float, nodes: bool = True) -> StepRecord:
+        return StepRecord(step=1, method="eagle2", prefix_len=3, nodes=(object(),) if nodes else (), accepted=(),
+                          bonus_token=0, new_tokens=(1,), new_texts=("a",), new_sources=("target",), draft_ms=1.0,
+                          verify_ms=ms, commit_ms=0.1)
+
+    prof = {"verify_ms": {"4": 36.0, "8": 40.0}}
+    ok = profile.check_profile(prof, [step(90.0, nodes=False), step(37.0), step(38.0), step(39.0)], 6)
+    assert ok == {"measured_ms": 38.0, "predicted_ms": 38.0, "rows": 6, "ratio": 1.0, "ok": True}
+    slow = profile.check_profile(prof, [step(50.0)] * 3, 8)
+    assert slow["ratio"] == 1.25 and slow["ok"] is False
+    assert profile.check_profile(prof, [step(1.0, nodes=False)], 8) is None

@@ -43,6 +43,7 @@ WARMUP_TOKENS = 32  # new tokens per warm-up prompt
 NARROW_DRAFT = 8192
 MARGIN = 0.03  # prefer the fewest nodes predicted within this share of the fastest (see `choose`)
 VERIFY_CONTEXT = 192  # tokens in the cache while verify is timed: a prompt plus half of a 128-token answer
+DRAFT_ROUNDS = 3  # interleaved rounds of drafting timed at every depth (`time_drafting`)
 
 
 @dataclass(frozen=True)
@@ -73,13 +74,32 @@ class Option:
         return {**asdict(self), "tokens_per_s": self.tokens_per_s}
 
 
+def monotone(costs: dict[int, float]) -> dict[int, float]:
+    """The closest costs (least squares) that never fall as the key grows: more rows or more levels cannot cost
+    less, so a measurement that says so is noise (pool adjacent violators)."""
+    keys = sorted(costs)
+    blocks: list[list[float]] = []  # [mean, count] of pooled runs
+    for k in keys:
+        blocks.append([costs[k], 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, n2), (m1, n1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
+    out, i = {}, 0
+    for mean, n in blocks:
+        for k in keys[i:i + n]:
+            out[k] = mean
+        i += n
+    return out
+
+
 @torch.inference_mode()
-def time_verify(dec: Decoder, prompt_ids: list[int], sizes: tuple[int, ...], reps: int = 5,
+def time_verify(dec: Decoder, prompt_ids: list[int], sizes: tuple[int, ...], reps: int = 7,
                 context: int = VERIFY_CONTEXT) -> dict[int, float]:
     """Median ms of the engine's greedy verify (tree mask, forward over the cache, argmax) for `n` nodes, over a
     cache of `context` tokens (the prompt repeated: attention's cost grows with the cache, so timing over a
-    short prompt alone would flatter big trees). The sizes take turns within each round, so a slow spell of
-    the machine costs every size alike instead of shifting the choice; the first round only warms up."""
+    short prompt alone would flatter big trees), made non-decreasing in `n` (`monotone`). The sizes take turns
+    within each round, so a slow spell of the machine costs every size alike instead of shifting the choice;
+    the first round only warms up."""
     ids = (prompt_ids * (context // len(prompt_ids) + 1))[:max(context, 1)]
     cache = new_cache(dec.target.config)  # the engine's own cache
     dec.body(input_ids=torch.tensor([ids], device=dec.device), cache=cache, use_cache=True)
@@ -93,7 +113,7 @@ def time_verify(dec: Decoder, prompt_ids: list[int], sizes: tuple[int, ...], rep
             if rnd:
                 runs[n].append((dec.sync() - t0) * 1e3)
             truncate(cache, past)
-    return {n: statistics.median(v) for n, v in runs.items()}
+    return monotone({n: statistics.median(v) for n, v in runs.items()})
 
 
 def _timed_steps(dec: Decoder, ids: list[int], cfg: DecodeConfig,
@@ -108,16 +128,20 @@ def _timed_steps(dec: Decoder, ids: list[int], cfg: DecodeConfig,
     return out
 
 
-def time_drafting(dec: Decoder, prompt_ids: list[int], cfg: DecodeConfig, depths, say=None) -> dict[int, float]:
+def time_drafting(dec: Decoder, prompt_ids: list[int], cfg: DecodeConfig, depths, say=None,
+                  rounds: int = DRAFT_ROUNDS) -> dict[int, float]:
     """Median ms of an EAGLE-2 step outside verify (drafting, commit, the record) at each depth, every level
-    drafted in full at `cfg`'s top-k over 24 new tokens of one prompt."""
-    rest = {}
-    for d in depths:
-        if say:
-            say(d)
-        steps = _timed_steps(dec, prompt_ids, replace(cfg, depth=d, max_new_tokens=24), prune=False)
-        rest[d] = statistics.median(ms - r.verify_ms for r, ms in steps)
-    return rest
+    drafted in full at `cfg`'s top-k over 16 new tokens of one prompt, made non-decreasing in depth. The depths
+    take turns within each of `rounds` rounds, as `time_verify`'s sizes do, so that a slow spell of the machine
+    costs every depth alike."""
+    ms: dict[int, list[float]] = {d: [] for d in depths}
+    for _ in range(rounds):
+        for d in depths:
+            if say:
+                say(d)
+            steps = _timed_steps(dec, prompt_ids, replace(cfg, depth=d, max_new_tokens=16), prune=False)
+            ms[d] += [t - r.verify_ms for r, t in steps]
+    return monotone({d: statistics.median(v) for d, v in ms.items()})
 
 
 @dataclass(frozen=True)
@@ -234,6 +258,7 @@ def _static_options(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, 
         say(f"tuning EAGLE-1: timing drafting at depth {d}")
         steps = _timed_steps(dec, prompts[0], replace(big, tree=cuts[n], max_new_tokens=24))
         rest[d] = statistics.median(ms - r.verify_ms for r, ms in steps)
+    rest = monotone(rest)
     opts = [Option(n, depth_of[n], replay_runs(runs, n, 0, static=True), rest[depth_of[n]] + verify[n],
                    top_k=big.static_top_k, draft_tokens=big.draft_tokens, method="eagle1") for n in cuts]
     return sorted(opts, key=lambda o: -o.tokens_per_s)
@@ -277,6 +302,17 @@ def choose(options: list[Option], margin: float = MARGIN) -> Option:
     near = [o for o in options if o.tokens_per_s >= (1 - margin) * fastest]
     fewest = min(math.floor(o.nodes + 0.5) for o in near)
     return max((o for o in near if math.floor(o.nodes + 0.5) == fewest), key=lambda o: o.tokens_per_s)
+
+
+def same_algorithm(settings: dict[str, dict]) -> str | None:
+    """A note when the tuned sizes make EAGLE-2 and EAGLE-1 the same algorithm (each verifies the root and the
+    draft's top token only: no tree to compare), else None."""
+    e2, e1 = settings.get("eagle2"), settings.get("eagle1")
+    if e2 and e1 and e2["total_tokens"] <= 2 and e1["total_tokens"] <= 2:
+        return ("the tuned sizes verify one drafted token for both eagle2 and eagle1 (2 nodes): the same algorithm "
+                "here, so their ratio says nothing about the trees; compare them at a budget where both draft a "
+                "tree (--total-tokens 4 or more)")
+    return None
 
 
 def warmup_texts(n: int | None = None) -> list[str]:

@@ -18,6 +18,7 @@ import torch
 
 from ..config import STATIC_PRESET
 from ..decode.methods import LABELS, OURS, PEERS, STATIC_NODES, Shared, config_for, settings_of
+from .autotune import same_algorithm
 from .prompts import read_rows
 
 HF_LOOKUP_TOKENS = 10  # transformers' prompt_lookup_num_tokens default
@@ -213,6 +214,9 @@ def cmd_bench(args: argparse.Namespace) -> None:
     if auto:
         shared, tuned = tune_shared(args, bundle, methods, shared)
     note = budget_note(shared, methods)
+    same = same_algorithm(shared.tuned) if auto else None
+    if same:
+        note = f"{note} {same}" if note else same
     if note:
         print(note, file=sys.stderr)
     res = run_bench(bundle, prompts, methods, lambda m: config_for(m, shared), args.max_new_tokens,

@@ -25,10 +25,15 @@ from ..cpu.plan import cpu_name
 from ..decode.engine import encode_prompt
 from ..loading import Bundle
 
-PAGE_SIZES = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 26)  # up to EAGLE-1's whole tree: the page compares both
-PAGE_DEPTHS = (1, 2, 3, 4, 5, 6)
+# From 4 nodes (3 drafted: both methods still draft a tree; at 2 both verify the draft's top token alone, the same
+# algorithm) up to EAGLE-1's whole tree; from depth 2, so that EAGLE-2 can grow a tree of more than one level.
+PAGE_SIZES = (4, 5, 6, 8, 10, 12, 16, 20, 26)
+PAGE_DEPTHS = (2, 3, 4, 5, 6)
 PAGE_PROMPTS = 4  # tuning prompts warmed up on (the tuner's first four kinds of task)
-VERSION = 1
+VERSION = 2
+HOW = ("verify timed at each size in 8 interleaved rounds (the first a warm-up) and drafting at each depth in 3, "
+       "each cost the median of its rounds, made non-decreasing in rows and depth")
+RECHECK = 0.2  # a run whose verify cost differs from the profile's by more than this share has it measured again
 
 
 def machine_key(bundle: Bundle) -> dict:
@@ -75,7 +80,7 @@ def machine_profile(bundle: Bundle, progress=None) -> dict:
                   progress=progress, draft_tokens=vocab)
     best = tuning.chosen["eagle2"]
     profile = {
-        "key": machine_key(bundle), "measured": time.strftime("%Y-%m-%d %H:%M"),
+        "key": machine_key(bundle), "measured": time.strftime("%Y-%m-%d %H:%M"), "how": HOW,
         "tuning_s": round(time.perf_counter() - t0, 1),
         "eagle2": {"total_tokens": best.total_tokens, "depth": best.depth, "top_k": best.top_k,
                    "draft_tokens": tuning.draft_tokens, "tau": round(best.tau, 3),
@@ -96,3 +101,25 @@ def tuned_config(profile: dict, cfg: DecodeConfig) -> DecodeConfig:
     e = profile["eagle2"]
     return replace(cfg, total_tokens=e["total_tokens"], depth=e["depth"], top_k=e["top_k"],
                    draft_tokens=e["draft_tokens"])
+
+
+def forget_profile(bundle: Bundle) -> None:
+    """Drop the cached profile of this machine and model, so that the next use measures it again."""
+    _path(machine_key(bundle)).unlink(missing_ok=True)
+
+
+def check_profile(profile: dict, records: list, total_tokens: int) -> dict | None:
+    """How a run's own EAGLE-2 verify cost compares with the profile's prediction for that many rows: the median
+    of the run's drafted steps' verify ms, the profile's ms at `total_tokens` rows, their ratio, and whether it is
+    within RECHECK of 1 (None when the run has no drafted step or the profile no verify costs)."""
+    from .serving import interpolate
+
+    ms = sorted(r.verify_ms for r in records if r.nodes)
+    costs = {int(n): float(v) for n, v in (profile.get("verify_ms") or {}).items()}
+    if not ms or not costs:
+        return None
+    measured = ms[len(ms) // 2]
+    predicted = interpolate(costs, total_tokens)
+    ratio = measured / predicted if predicted > 0 else float("inf")
+    return {"measured_ms": round(measured, 2), "predicted_ms": round(predicted, 2), "rows": total_tokens,
+            "ratio": round(ratio, 3), "ok": abs(ratio - 1) <= RECHECK}
