@@ -22,6 +22,7 @@ SHOT = Path(__file__).resolve().parent.parent / "docs" / "screenshot.png"
 RUN_MS = 240_000  # a short run takes well under a minute on two busy cores
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
+DecodeConfig = pytest.importorskip("eagle2.config").DecodeConfig
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +91,93 @@ def test_generate_shows_two_trees_and_text(page):
     page.screenshot(path=str(SHOT))
 
 
+def _step_shown(page, method: str) -> int | None:
+    found = re.search(r"step (\d+)", _title(page, method))
+    return int(found.group(1)) if found else None
+
+
+def test_both_trees_grow_while_the_decoder_runs_then_play_steps_and_unfold(page):
+    """While Generate decodes, each panel's title shows several steps (sampled as a visitor would look, a few
+    times a second); after the run, Play walks both trees from the first step, the step buttons move by one,
+    and a step unfolds frame by frame."""
+    import time
+
+    _generate(page, "Explain in a few sentences how a bicycle stays upright.", 64, plain=True)
+    seen: dict[str, set[int]] = {"eagle2": set(), "eagle1": set()}
+    pairs = []
+    deadline = time.time() + RUN_MS / 1000
+    while time.time() < deadline and not _status(page).startswith("Done"):
+        if _status(page).startswith("Live pass"):
+            steps = {m: _step_shown(page, m) for m in seen}
+            for m, k in steps.items():
+                if k is not None:
+                    seen[m].add(k)
+            pairs.append(steps)
+        time.sleep(0.25)
+    _wait_status(page, "Done.")
+    assert len(seen["eagle2"]) >= 3 and len(seen["eagle1"]) >= 3, seen
+    assert "The live pass and the timed pass gave the same tokens" in page.locator("#metrics").inner_text()
+    # Play from the first step: both trees walk together
+    page.click("#play")
+    played: dict[str, set[int]] = {"eagle2": set(), "eagle1": set()}
+    end = time.time() + 5
+    while time.time() < end:
+        for m in played:
+            k = _step_shown(page, m)
+            if k is not None:
+                played[m].add(k)
+        time.sleep(0.2)
+    assert len(played["eagle2"]) >= 3 and len(played["eagle1"]) >= 3, played
+    assert min(played["eagle2"]) <= 3  # it started from the first steps
+    page.click("#play")  # pause
+    time.sleep(1.0)
+    k = _step_shown(page, "eagle2")
+    page.click("#step-forward")
+    page.wait_for_function("k => (document.querySelector('#tree-eagle2 .gtitle')?.textContent || '')"
+                           ".includes(`step ${k + 1}:`)", arg=k)
+    page.click("#step-back")
+    page.wait_for_function("k => (document.querySelector('#tree-eagle2 .gtitle')?.textContent || '')"
+                           ".includes(`step ${k}:`)", arg=k)
+    # unfold the step shown: frame 0 is the root, the next frames the drafted levels
+    page.locator("#unfold").get_by_text("Unfold a step").first.click()
+    page.click("#unfold-go")
+    page.wait_for_function("() => (document.querySelector('#unfold-eagle2 .gtitle')?.textContent || '').length > 0")
+    first = page.locator("#unfold-eagle2 .gtitle").first.text_content()
+    _set_number(page, "unfold-stage", 1)
+    page.wait_for_function("t => (document.querySelector('#unfold-eagle2 .gtitle')?.textContent || '') !== t",
+                           arg=first)
+    assert "level 1" in page.locator("#unfold-eagle2 .gtitle").first.text_content()
+    assert "level 1" in page.locator("#unfold-eagle1 .gtitle").first.text_content()
+    assert page.locator("#unfold-text-eagle2").inner_text().strip()
+
+
+def test_a_link_carries_the_example_and_a_bad_link_says_what_it_ignored(page):
+    page.fill("#prompt textarea", "Name a green fruit.")
+    _set_number(page, "max-new", 24)
+    page.click("#copy-link")
+    page.wait_for_function("() => (document.querySelector('#link textarea, #link input')?.value || '')"
+                           ".includes('?prompt=')")
+    link = page.locator("#link textarea, #link input").first.input_value()
+    assert "max_new_tokens=24" in link and "Name+a+green+fruit" in link
+    other = page.context.browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        pg = other.new_page()
+        pg.set_default_timeout(60_000)
+        pg.goto(link)
+        pg.wait_for_function("() => (document.querySelector('#prompt textarea')?.value || '') === 'Name a green fruit.'")
+        assert pg.locator("#max-new input[type=number]").input_value() == "24"
+        assert _status(pg).startswith("Opened from a link")
+        base = link.split("?")[0]
+        pg.goto(base + "?prompt=Hi&depth=nan&top_k=999&seed=1e400&evil=%3Cscript%3E&sizing=paper")
+        pg.wait_for_function("() => (document.querySelector('#status')?.innerText || '').includes('ignored')")
+        said = _status(pg)
+        assert "depth" in said and "top_k" in said and "seed" in said and "evil" in said and "<script>" not in said
+        assert pg.locator("#prompt textarea").input_value() == "Hi"
+        assert pg.locator("#depth input[type=number]").input_value() == str(DecodeConfig().depth)
+    finally:
+        other.close()
+
+
 def test_scrub_back_to_step_one(page):
     before, other = _title(page, "eagle2"), _title(page, "eagle1")
     assert "step 1:" not in before
@@ -102,7 +190,7 @@ def test_scrub_back_to_step_one(page):
 
 def test_stop_then_generate_again(page):
     _generate(page, "Tell me a long story about a dragon who learns to bake bread.", 400, plain=False)
-    page.wait_for_function("() => /EAGLE-2 \\(dynamic tree\\): \\d+ tokens, step ([2-9]|\\d\\d)/"
+    page.wait_for_function("() => /EAGLE-2 \\(dynamic tree\\) step ([2-9]|\\d\\d)/"
                            ".test(document.querySelector('#status')?.innerText || '')", timeout=RUN_MS)
     page.click("#stop")
     _wait_status(page, "Stopped", timeout=60_000)
@@ -236,7 +324,7 @@ def test_stop_while_waiting_leaves_the_queue_without_decoding(page):
             pg.goto(url)
             pg.wait_for_selector("#prompt textarea")
         _generate(first, "Tell me a long story about a dragon.", page_token_limit(), plain=False)
-        _wait_status(first, "Decoding")
+        _wait_status(first, "Live pass")
         _generate(second, "Say hello.", 8, plain=False)
         # while a run waits, the status line carries Gradio's "queue: place/size | elapsed/estimate" before its text
         second.wait_for_function("() => (document.querySelector('#status')?.innerText || '')"
