@@ -158,19 +158,20 @@ def _live_status(session: Session) -> str:
 def _timed_pass(session: Session, gens: dict[str, Iterator], control: RunControl, budget: Budget | None,
                 complete: Callable[[str, list], bool], clock: Callable[[], float]) -> Iterator[Update]:
     """Decode every method a step each in turn, the first of each round rotating, timing only each method's own
-    steps, into `session.runs`; a status line at most every STATUS_EVERY_S. Methods still running when the
+    steps into `session.decode_s`; a status line at most every STATUS_EVERY_S. Returns (via StopIteration) the
+    records per method; the page keeps showing the live pass's meanwhile. Methods still running when the
     budget's share ran out (and not `complete`) are listed in session.meta["budget"]["cut"]."""
     active = list(gens)
-    for m in active:
-        session.runs[m], session.decode_s[m] = [], 0.0
+    timed: dict[str, list] = {m: [] for m in active}
+    session.decode_s = {m: 0.0 for m in active}
     share = budget.start() if budget else None
     last, rnd = time.perf_counter(), 0
     while active and not control.stop_requested:
         if budget and budget.over():
             for m in active:
-                if not complete(m, session.runs[m]):
+                if not complete(m, timed[m]):
                     session.meta["budget"]["cut"][m] = round(share, 1)
-            return
+            break
         turn = active[rnd % len(active):] + active[:rnd % len(active)]
         rnd += 1
         for m in turn:
@@ -181,14 +182,15 @@ def _timed_pass(session: Session, gens: dict[str, Iterator], control: RunControl
             if rec is None:
                 active.remove(m)
             else:
-                session.runs[m].append(rec)
+                timed[m].append(rec)
         if time.perf_counter() - last >= STATUS_EVERY_S:
             last = time.perf_counter()
-            yield Update(session=None, status=_timed_status(session))
+            yield Update(session=None, status=_timed_status(session, timed))
+    return timed
 
 
-def _timed_status(session: Session) -> str:
-    tokens = " · ".join(f"{label(session, m)} {len(_tokens(session.records(m)))} tokens" for m in session.decode_s)
+def _timed_status(session: Session, timed: dict[str, list]) -> str:
+    tokens = " · ".join(f"{label(session, m)} {len(_tokens(recs))} tokens" for m, recs in timed.items())
     return f"Timed pass (nothing drawn, so that tokens/s is the decoder's alone): {tokens}…"
 
 
@@ -316,20 +318,25 @@ def _generate(req: RunRequest, get_bundle, show_pruned: bool, control: RunContro
     gc.collect()  # the live pass's figures, collected now rather than inside a timed step
     time.sleep(SETTLE_S)
     eos = decoder_for(bundle).eos
-    yield from _timed_pass(session, decodes(methods), control, budget,
-                           lambda m, recs: _complete(recs, cfgs[m].max_new_tokens, eos), clock)
+    timed = yield from _timed_pass(session, decodes(methods), control, budget,
+                                   lambda m, recs: _complete(recs, cfgs[m].max_new_tokens, eos), clock)
+    if control.stop_requested:  # a timed pass cut by Stop times nothing whole: keep the live trees, untimed
+        session.runs.update({m: recs for m, recs in timed.items() if m not in session.runs})
+        session.decode_s = {}
+        bound_faded(session)
+        yield full_update(session, _stopped_status(session), show_pruned, done=True)
+        return
+    session.runs.update(timed)
     session.meta["page_timing"] = {"decode_s": {m: round(t, 4) for m, t in session.decode_s.items()},
                                    "passes": _passes_meta(session, live, live_cut)}
-    if profile and not control.stop_requested:  # the profile against the steps this run has just timed
+    if profile:  # the profile against the steps this run has just timed
         check = check_profile(profile, session.records("eagle2"), cfgs["eagle2"].total_tokens)
         if check is not None:
             session.meta["costs"]["check"] = check
             if not check["ok"] and profile_stale is not None:
                 profile_stale(preset, bundle)
     bound_faded(session)  # after the timed decodes: memory per visitor stays bounded
-    if control.stop_requested:
-        status = _stopped_status(session)
-    elif session.meta.get("budget", {}).get("cut"):
+    if session.meta.get("budget", {}).get("cut"):
         status = _stopped_status(session, by_budget=True)
     else:
         status = _done_status(session)
