@@ -1,20 +1,25 @@
 """Page actions besides Generate: scrub to a step, follow the latest step, Stop, trace export and import."""
 from __future__ import annotations
 
+import logging
+import math
 from pathlib import Path
 
 import plotly.graph_objects as go
 
 from app_parts.runner import Update, full_update
-from app_parts.session import TREE_METHODS, RunControl, Session, export_trace, import_trace
+from app_parts.session import MAX_TRACE_BYTES, TREE_METHODS, RunControl, Session, export_trace, import_trace
 from app_parts.views import session_caption, text_view, tree_view
+from eagle2.inputs import shown
+
+log = logging.getLogger(__name__)
 
 
 def scrub(session: Session | None, method: str, step: float | None,
           show_pruned: bool = True) -> tuple[go.Figure, str, str]:
     """Show one step of one method from the stored records; the live stream stops overwriting that tree."""
     session = session or Session()
-    step = 0 if step is None else int(step)
+    step = whole_step(step)
     if session.records(method):
         session.follow[method] = False
         session.shown[method] = min(max(step, 0), session.last_step(method))
@@ -22,6 +27,13 @@ def scrub(session: Session | None, method: str, step: float | None,
     rec = session.record(method, step)
     return (tree_view(session, method, step, show_pruned),
             text_view(session, method, rec.step if rec else None), session_caption(session, method, step))
+
+
+def whole_step(value: object) -> int:
+    """A step slider's value as a step number; anything but a finite number of ordinary size is step 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or abs(value) >= 2**31:
+        return 0
+    return int(value) if math.isfinite(value) else 0
 
 
 def follow_latest(session: Session | None, show_pruned: bool = True) -> Update:
@@ -74,17 +86,26 @@ def export(session: Session | None) -> tuple[str | None, str | None]:
 
 def load_trace(path: str | None, show_pruned: bool = True) -> Update:
     """Replay a trace file without a model; a bad file gives an Update with `error` (the page keeps its run)."""
-    if not path:
-        return Update(session=None, status="No file.", error="no trace file was given")
+    if not path or not isinstance(path, str):
+        return Update(session=None, status="No file.", error="no trace file was given: upload an exported trace")
     p = Path(path)
     try:
+        if p.stat().st_size > MAX_TRACE_BYTES:  # refused before it is read into memory
+            raise ValueError(f"trace file is larger than {MAX_TRACE_BYTES // 2**20} MB: export a shorter run")
         session = import_trace(p.read_bytes(), name=p.name)
     except (OSError, ValueError) as e:
-        msg = f"could not load {p.name}: {e}"
+        msg = f"could not load {shown(p.name)}: {e}"
         return Update(session=None, status=f"⚠ {msg}", error=msg)
     meta = session.meta
-    info = (f"Replaying trace **{p.name}** (no model needed): recorded with {meta.get('device', 'unknown model')}"
+    device = str(meta.get("device", "unknown model"))[:200]
+    info = (f"Replaying trace **{p.name}** (no model needed): recorded with {device}"
             f"{', prompt: ' + repr(meta['prompt'][:80]) if isinstance(meta.get('prompt'), str) else ''}.")
-    u = full_update(session, f"Loaded trace {p.name}. Drag a step slider to see any step.", show_pruned, done=True)
+    try:
+        u = full_update(session, f"Loaded trace {p.name}. Drag a step slider to see any step.", show_pruned,
+                        done=True)
+    except Exception as e:  # it passed the checks but cannot be drawn: say so; the page keeps its run
+        log.warning("trace %s could not be drawn: %s", shown(p.name), type(e).__name__)
+        msg = f"could not show {shown(p.name)}: a field of it has a shape the page cannot draw ({type(e).__name__})"
+        return Update(session=None, status=f"⚠ {msg}", error=msg)
     u.model_info = info
     return u

@@ -30,10 +30,11 @@ import plotly.graph_objects as go
 
 from app_parts.presets import ModelPreset, describe_preset, in_use, load_presets, repo_relative
 from app_parts.session import TREE_METHODS, RunControl, Session, bound_faded
-from app_parts.settings import RunRequest, check_prompt, configs, settings_meta
+from app_parts.settings import MAX_PROMPT_CHARS, RunRequest, check_prompt, configs, settings_meta
 from app_parts.views import (analysis_views, label, metrics_markdown, passes_note, session_caption, text_view,
                              tree_view)
 from eagle2.api import decoder_for, encode_prompt, stream
+from eagle2.inputs import check_text
 from eagle2.loading import Bundle
 from eagle2.tools.profile import check_profile
 
@@ -245,6 +246,10 @@ def generate(req: RunRequest, get_bundle: Callable[[ModelPreset, Progress], Bund
     except (ValueError, RuntimeError) as e:  # a failure inside the decoder: say what, keep the page working
         log.exception("decoding failed")
         yield Update(session=None, status=f"⚠ decoding failed: {e}", error=f"decoding failed: {e}")
+    except Exception as e:  # never an internal error as such: say what kind, keep the visitor's run
+        log.exception("Generate failed unexpectedly")
+        msg = f"this request could not be run ({type(e).__name__}); your last run is kept: check the settings"
+        yield Update(session=None, status=f"⚠ {msg}", error=msg)
     finally:
         control.running = False
 
@@ -256,8 +261,7 @@ def _prepare(req: RunRequest, get_bundle, get_profile) -> Iterator[Update]:
         check_prompt(req.prompt)
         configs(req)  # every setting checked before anything loads
         presets = load_presets()
-        if req.preset not in presets:
-            raise ValueError(f"unknown model preset {req.preset!r}; choose one from the list")
+        check_text("model preset", req.preset, MAX_PROMPT_CHARS, presets)
         preset = presets[req.preset]
     except ValueError as e:
         yield Update(session=None, status=f"⚠ {e}", error=str(e))

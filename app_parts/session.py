@@ -20,12 +20,17 @@ from typing import Any
 from app_parts.settings import env_seconds
 from eagle2.config import METHODS
 from eagle2.decode.records import PRUNED, SOURCES, UNEXPANDED, StepRecord, Trace
+from eagle2.files import write_atomic
+from eagle2.inputs import shown
 
 TREE_METHODS = ("eagle2", "eagle1")
 MAX_TRACE_BYTES = 200 * 1024 * 1024
 # Pruned and never-expanded draft nodes one session keeps (about 350 bytes each in memory, so about 7 MB): the
 # paper's tree drafts 510 a step, so a long run at its settings would otherwise keep tens of MB per visitor.
 MAX_FADED_NODES = 20_000
+# The shapes the page reads a trace's meta in (anything else in it is kept and never read).
+META_TYPES = {**{k: dict for k in ("settings", "page_timing", "budget", "costs")},
+              **{k: str for k in ("model", "head", "head_kind", "device", "preset", "prompt", "created")}}
 SESSION_TTL_S = 1800.0  # a session unused for this long is freed (EAGLE2_SESSION_TTL_S overrides)
 
 
@@ -166,25 +171,30 @@ def export_trace(session: Session, directory: str | Path | None = None) -> Path:
     trace = Trace(meta=dict(session.meta), runs={m: list(r) for m, r in session.runs.items() if r})
     folder = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="eagle2-trace-"))
     path = folder / f"eagle2-trace-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(trace.to_json())
-    return path
+    return write_atomic(path, trace.to_json())  # a visitor never downloads half a trace
 
 
 def _fail(where: str, what: str) -> None:
     raise ValueError(f"malformed trace: {where}: {what}")
 
 
+def _finite(x: object) -> bool:
+    """A finite number of a size a float holds (a huge integer from a file is not one)."""
+    return (isinstance(x, (int, float)) and not isinstance(x, bool) and abs(x) < 1e300
+            and math.isfinite(x))
+
+
 def _check_record(method: str, i: int, r: StepRecord) -> None:
     """Refuse records whose fields a figure could not draw (wrong types, dangling ids)."""
     where = f"{method} record {i}"
     if r.method != method:
-        _fail(where, f"its method is {r.method!r}")
+        _fail(where, f"its method is {shown(r.method)}")
     for name in ("step", "prefix_len", "bonus_token"):
         if not isinstance(getattr(r, name), int):
             _fail(where, f"{name} is not an integer")
     for name in ("draft_ms", "verify_ms", "commit_ms"):
         v = getattr(r, name)
-        if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        if not _finite(v) or v < 0:
             _fail(where, f"{name} is not a non-negative number")
     if len(r.new_texts) != len(r.new_tokens) or len(r.new_sources) != len(r.new_tokens):
         _fail(where, "new_tokens, new_texts and new_sources differ in length")
@@ -192,13 +202,13 @@ def _check_record(method: str, i: int, r: StepRecord) -> None:
         _fail(where, "a token text or source is not a string")
     for j, n in enumerate(r.nodes):
         if n.id != j or not isinstance(n.parent, int) or not (-1 <= n.parent < j) or (j > 0) == (n.parent < 0):
-            _fail(where, f"node {j} has id {n.id!r} and parent {n.parent!r}")
+            _fail(where, f"node {j} has id {shown(n.id)} and parent {shown(n.parent)}")
         if not isinstance(n.text, str) or not all(isinstance(x, int) for x in (n.token, n.depth, n.rank)):
             _fail(where, f"node {j} has a field of the wrong type")
-        if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (n.prob, n.score)):
+        if not all(_finite(x) for x in (n.prob, n.score)):
             _fail(where, f"node {j} has a non-numeric probability or score")
         if n.source not in SOURCES:
-            _fail(where, f"node {j} has an unknown source {n.source!r}")
+            _fail(where, f"node {j} has an unknown source {shown(n.source)}")
     if any(not isinstance(a, int) or not 0 < a < len(r.nodes) for a in r.accepted):
         _fail(where, "an accepted node id is not in the tree")
 
@@ -206,7 +216,7 @@ def _check_record(method: str, i: int, r: StepRecord) -> None:
 def import_trace(text: str | bytes, name: str = "trace") -> Session:
     """A Session replaying a trace file; raises ValueError naming what is wrong with it."""
     if len(text) > MAX_TRACE_BYTES:
-        raise ValueError(f"trace file is larger than {MAX_TRACE_BYTES // 2**20} MB")
+        raise ValueError(f"trace file is larger than {MAX_TRACE_BYTES // 2**20} MB: export a shorter run")
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
@@ -215,9 +225,12 @@ def import_trace(text: str | bytes, name: str = "trace") -> Session:
     trace = Trace.from_json(text)
     if not isinstance(trace.meta, dict):
         raise ValueError("malformed trace: 'meta' is not an object")
+    for key, kind in META_TYPES.items():
+        if key in trace.meta and not isinstance(trace.meta[key], kind):
+            raise ValueError(f"malformed trace: meta '{key}' is not {'an object' if kind is dict else 'text'}")
     unknown = [m for m in trace.runs if m not in METHODS]
     if unknown:
-        raise ValueError(f"trace has runs of unknown methods {unknown}; expected {', '.join(METHODS)}")
+        raise ValueError(f"trace has runs of unknown methods {shown(unknown)}; expected {', '.join(METHODS)}")
     if not any(trace.runs.get(m) for m in TREE_METHODS):
         raise ValueError("trace has no EAGLE-2 or EAGLE-1 records to replay")
     for method, recs in trace.runs.items():

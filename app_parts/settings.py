@@ -14,6 +14,8 @@ from eagle2.tools.profile import tuned_config
 from eagle2.tools.serving import Shape, sglang_flags
 from eagle2.config import ASSETS, LIMITS, STATIC_PRESET, DecodeConfig, cut_tree, load_tree_presets, parse_tree
 from eagle2.decode.methods import LABELS as METHOD_LABELS
+from eagle2.inputs import check_number, check_text, load_json, shown
+from eagle2.inputs import kind as kind_of
 
 CUSTOM = "custom"
 CUT = "mc_sim_7b_63 cut to the budget"  # EAGLE-1's tree cut breadth first to EAGLE-2's node budget
@@ -84,51 +86,52 @@ def tree_choices() -> list[str]:
 
 def static_tree(choice: str, tree_json: str, total_tokens: int = _D.total_tokens) -> tuple[tuple[int, ...], ...]:
     """The static tree's paths from the dropdown (or the custom JSON); raises ValueError with the reason."""
+    check_text("static tree", choice, MAX_PROMPT_CHARS, tree_choices())
     if choice == CUT:
         return cut_tree(parse_tree(STATIC_PRESET, RANK_LIMIT), total_tokens)
     if choice == CUSTOM:
-        if not (tree_json or "").strip():
+        if not (check_text("custom static tree", tree_json or "", MAX_PROMPT_CHARS)).strip():
             raise ValueError("custom static tree: enter a JSON list of paths such as [[0], [1], [0, 0]]")
-        try:
-            spec = json.loads(tree_json)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"custom static tree is not valid JSON: {e}") from None
-        return parse_tree(spec, RANK_LIMIT)
-    if choice not in load_tree_presets():
-        raise ValueError(f"unknown static tree {choice!r}; choose one of {', '.join(tree_choices())}")
+        return parse_tree(load_json(tree_json, "the custom static tree"), RANK_LIMIT)
     return parse_tree(choice, RANK_LIMIT)
 
 
 def _number(name: str, value: object, kind: type) -> int | float:
     """A widget value as int/float; None or text gives a ValueError naming the setting."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{name} must be a number, not {shown(value)} ({kind_of(value)})")
+    if isinstance(value, int):  # exact, however large: the range check names the limit
+        if kind is int or abs(value) < 2**1000:
+            return value if kind is int else float(value)
+        raise ValueError(f"{name} must be a number of ordinary size, not {shown(value)}")
     try:
-        v = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, not {value!r}") from None
+        v = float(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, not {shown(value)}") from None
     if not math.isfinite(v):
-        raise ValueError(f"{name} must be a finite number, not {value!r}")
+        raise ValueError(f"{name} must be a finite number, not {shown(value)}")
     if kind is int:
         if v != int(v):
-            raise ValueError(f"{name} must be a whole number, not {value!r}")
+            raise ValueError(f"{name} must be a whole number, not {shown(value)}")
         return int(v)
     return v
 
 
 def check_prompt(prompt: str | None) -> str:
     """The prompt, or a ValueError when it is empty or too long to be a prompt."""
-    if prompt is None or not prompt.strip():
+    if prompt is None or isinstance(prompt, str) and not prompt.strip():
         raise ValueError("the prompt is empty: type something or pick an example")
-    if len(prompt) > MAX_PROMPT_CHARS:
-        raise ValueError(f"the prompt has {len(prompt):,} characters; at most {MAX_PROMPT_CHARS:,} are accepted")
-    return prompt
+    return check_text("the prompt", prompt, MAX_PROMPT_CHARS)
 
 
 def sizes(req: RunRequest, profile: dict | None = None) -> tuple[dict, tuple[tuple[int, ...], ...]]:
     """EAGLE-2's size ({total_tokens, depth, top_k, draft_tokens}) and EAGLE-1's tree for the request's sizing.
     "tuned" takes the machine's profile (eagle2/tools/profile.py; the paper's settings where there is none, as on
     CUDA) with EAGLE-1 cut to the same budget; "paper" the paper's settings against the whole mc_sim_7b_63."""
-    if req.sizing not in SIZINGS:
-        raise ValueError(f"sizing must be one of {', '.join(SIZINGS)}, not {req.sizing!r}")
+    check_text("sizing", req.sizing, MAX_PROMPT_CHARS, SIZINGS)
+    for name, label in (("total_tokens", "total tokens"), ("depth", "depth"), ("top_k", "top-k")):
+        check_number(name, _number(label, getattr(req, name), int), *LIMITS[name], whole=True)  # even unused
+    check_text("static tree", req.tree_choice, MAX_PROMPT_CHARS, tree_choices())
     if req.sizing == "tuned" and profile is not None:
         tuned = tuned_config(profile, _D)
         size = {k: getattr(tuned, k) for k in ("total_tokens", "depth", "top_k", "draft_tokens")}
@@ -149,7 +152,7 @@ def configs(req: RunRequest, profile: dict | None = None) -> dict[str, DecodeCon
                   top_p=_number("top-p", req.top_p, float), seed=_number("seed", req.seed, int),
                   draft_tokens=size["draft_tokens"])
     if not isinstance(req.lookup, bool):
-        raise ValueError(f"prompt-lookup branch must be true or false, not {req.lookup!r}")
+        raise ValueError(f"prompt-lookup branch must be true or false, not {shown(req.lookup)}")
     floors = dict(min_prob=_number("keep floor", req.min_prob, float),
                   expand_prob=_number("expand floor", req.expand_prob, float))
     return {"eagle2": DecodeConfig(method="eagle2", lookup=req.lookup, total_tokens=size["total_tokens"],

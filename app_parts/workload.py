@@ -21,6 +21,7 @@ from app_parts.presets import ModelPreset, load_presets
 from app_parts.session import RunControl
 from eagle2.api import encode_prompt, stream
 from eagle2.config import DecodeConfig
+from eagle2.inputs import check_number, check_text
 from eagle2.tools.diagnose import RECORD, report, write
 from eagle2.loading import Bundle
 from eagle2.tools.prompts import read_rows
@@ -50,17 +51,14 @@ def empty_views() -> tuple[go.Figure, go.Figure]:
 
 def read_file(path: str | None, limit: int) -> list:
     """The rows of an uploaded prompt file, or a ValueError saying what is wrong with it."""
-    if not path:
+    if not path or not isinstance(path, str):
         raise ValueError("upload a .jsonl (or JSON list) of prompts first: rows with `turns`, `prompt` or "
                          "`instruction`, optionally `category`")
     size = Path(path).stat().st_size
     if size > MAX_BYTES:
         raise ValueError(f"the file has {size:,} bytes; the page takes up to {MAX_BYTES:,} (the command line "
                          "`python -m eagle2 diagnose` has no limit)")
-    try:
-        rows = read_rows(path)
-    except (UnicodeDecodeError, KeyError, TypeError) as e:
-        raise ValueError(f"could not read the file as prompts: {e}") from None
+    rows = read_rows(path)
     if not rows:
         raise ValueError("the file has no prompts")
     if len(rows) > MAX_PROMPTS:
@@ -104,12 +102,14 @@ def diagnose(path: str | None, max_new_tokens: float, preset_name: str,
     """The Diagnose button as a stream of updates; bad input yields one update with `error`."""
     control.running, control.stop_requested = True, False
     try:
+        if isinstance(max_new_tokens, float) and max_new_tokens.is_integer():
+            max_new_tokens = int(max_new_tokens)  # a slider's value
+        check_number("max new tokens", max_new_tokens, 1, MAX_NEW_TOKENS, whole=True)
         n = int(max_new_tokens)
-        if not 1 <= n <= MAX_NEW_TOKENS:
-            raise ValueError(f"max new tokens must be 1..{MAX_NEW_TOKENS} on the page")
+        presets = load_presets()
+        preset = presets[check_text("model preset", preset_name, 1000, presets)]
         rows = read_file(path, MAX_PROMPTS)
-        preset = load_presets()[preset_name]
-    except (ValueError, KeyError, OSError) as e:
+    except (ValueError, OSError) as e:
         yield WorkloadUpdate(status=f"⚠ {e}", error=str(e))
         return
     try:

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         args.func(args)
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
+    except (ValueError, OSError, RuntimeError) as e:  # bad input, a missing or unreadable file, a failed load
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

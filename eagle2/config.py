@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .inputs import check_number, load_json, shown
+
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 METHODS = ("eagle2", "eagle1", "vanilla")
 
@@ -22,7 +24,9 @@ LIMITS = {
     "expand_prob": (0.0, 1.0),
     "static_nodes": (1, 127),
     "draft_tokens": (0, 1 << 20),
+    "seed": (0, 2**63 - 1),  # torch's generators take 64-bit seeds; a signed 64-bit one is portable
 }
+WHOLE = ("max_new_tokens", "total_tokens", "depth", "top_k", "lookup_tokens", "static_nodes", "draft_tokens", "seed")
 
 
 def load_tree_presets() -> dict[str, list[list[int]]]:
@@ -37,32 +41,33 @@ def parse_tree(spec: str | list, top_k: int) -> tuple[tuple[int, ...], ...]:
         if spec in presets:
             spec = presets[spec]
         else:
-            try:
-                spec = json.loads(spec)
-            except json.JSONDecodeError as e:
-                names = ", ".join(presets)
-                raise ValueError(f"tree must be a preset ({names}) or JSON list of paths: {e}") from None
+            if not spec.lstrip().startswith("["):
+                raise ValueError(f"tree {shown(spec)} must be a preset ({', '.join(presets)}) or a JSON list of "
+                                 "paths such as [[0], [1], [0, 0]]")
+            spec = load_json(spec, "the static tree")
     if not isinstance(spec, list) or not spec:
         raise ValueError("tree must be a non-empty list of paths such as [[0], [1], [0, 0]]")
+    hi = LIMITS["static_nodes"][1]
+    if len(spec) > hi:
+        raise ValueError(f"tree has {len(spec):,} nodes; at most {hi} are allowed: remove some paths")
     paths: list[tuple[int, ...]] = []
     for p in spec:
         if not isinstance(p, list) or not p or not all(isinstance(r, int) and not isinstance(r, bool) for r in p):
-            raise ValueError(f"tree path {p!r} must be a non-empty list of integer child ranks")
+            raise ValueError(f"tree path {shown(p)} must be a non-empty list of integer child ranks such as [0, 1]")
         if any(r < 0 or r >= top_k for r in p):
-            raise ValueError(f"tree path {p} has a rank outside 0..{top_k - 1} (top_k={top_k})")
+            raise ValueError(f"tree path {shown(p)} has a rank outside 0..{top_k - 1} (top_k={top_k}): "
+                             f"use ranks from 0 to {top_k - 1}")
         paths.append(tuple(p))
     if len(set(paths)) != len(paths):
         raise ValueError("tree has a repeated path")
-    lo, hi = LIMITS["static_nodes"]
-    if len(paths) > hi:
-        raise ValueError(f"tree has {len(paths)} nodes; at most {hi} are allowed")
     max_depth = LIMITS["depth"][1]
     known = set(paths)
     for p in paths:
         if len(p) > max_depth:
-            raise ValueError(f"tree path {list(p)} is deeper than {max_depth}")
+            raise ValueError(f"tree path {shown(list(p))} is deeper than {max_depth} levels: shorten it")
         if len(p) > 1 and p[:-1] not in known:
-            raise ValueError(f"tree is not prefix-closed: path {list(p)} has no parent {list(p[:-1])}")
+            raise ValueError(f"tree is not prefix-closed: path {shown(list(p))} has no parent "
+                             f"{shown(list(p[:-1]))}; add the parent path")
     return tuple(sorted(paths, key=lambda p: (len(p), p)))
 
 
@@ -110,14 +115,11 @@ class DecodeConfig:
     draft_tokens: int = 0
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {', '.join(METHODS)}, not {self.method!r}")
-        for name in ("max_new_tokens", "temperature", "top_p", "total_tokens", "depth", "top_k", "lookup_tokens",
-                     "min_prob", "expand_prob", "draft_tokens"):
-            lo, hi = LIMITS[name]
-            v = getattr(self, name)
-            if not (lo <= v <= hi):
-                raise ValueError(f"{name}={v} is outside {lo}..{hi}")
+        if not isinstance(self.method, str) or self.method not in METHODS:
+            raise ValueError(f"method must be one of {', '.join(METHODS)}, not {shown(self.method)}")
+        for name in ("max_new_tokens", "temperature", "top_p", "seed", "total_tokens", "depth", "top_k",
+                     "lookup_tokens", "min_prob", "expand_prob", "draft_tokens"):
+            check_number(name, getattr(self, name), *LIMITS[name], whole=name in WHOLE)
         if not isinstance(self.lookup, bool):
             raise ValueError(f"lookup must be true or false, not {self.lookup!r}")
         if not self.tree:

@@ -53,7 +53,7 @@ def test_read_rows_keeps_categories(tmp_path):
     assert read_rows(f) == [PromptRow("a b", "writing"), PromptRow("d e")]
     assert read_rows(f, 1) == [PromptRow("a b", "writing")]
     f.write_text('{"turns": ["a"]}\n{oops\n')
-    with pytest.raises(ValueError, match="p.jsonl:2: not JSON"):
+    with pytest.raises(ValueError, match="p.jsonl:2 is not valid JSON"):
         read_rows(f)
     f.write_text('{"text": "a"}\n')
     with pytest.raises(ValueError, match="none of instruction, turns, prompt"):

@@ -10,6 +10,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..inputs import load_json, shown
+
 TRACE_VERSION = 1
 
 # Node.status values.
@@ -118,6 +120,26 @@ def summarise(method: str, records: list[StepRecord], wall_s: float) -> RunSumma
     )
 
 
+NODE_FIELDS = frozenset(Node.__dataclass_fields__)
+RECORD_FIELDS = frozenset(StepRecord.__dataclass_fields__) | {"target_forwards"}
+LIST_FIELDS = ("nodes", "accepted", "new_tokens", "new_texts", "new_sources")
+
+
+def _check_shape(where: str, d: object, known: frozenset, lists: tuple[str, ...]) -> None:
+    """A record or node from a file: an object with the dataclass's fields (lists where lists belong)."""
+    if not isinstance(d, dict):
+        raise ValueError(f"malformed step record in trace: {where} is not an object")
+    optional = {"target_forwards", "verdict", "target_token", "target_text", "source"}
+    missing, unknown = known - optional - set(d), set(d) - known
+    if missing or unknown:
+        what = "; ".join(x for x in (f"missing {', '.join(sorted(missing))}" if missing else "",
+                                     f"unknown {shown(sorted(unknown))}" if unknown else "") if x)
+        raise ValueError(f"malformed step record in trace: {where}: {what}")
+    bad = [k for k in lists if not isinstance(d[k], list)]
+    if bad:
+        raise ValueError(f"malformed step record in trace: {where}: {', '.join(bad)} must be lists")
+
+
 @dataclass(frozen=True)
 class Trace:
     """A whole session's runs, exportable as JSON and replayable without a model."""
@@ -136,16 +158,21 @@ class Trace:
     @staticmethod
     def from_json(text: str) -> "Trace":
         """Parse a trace; raises ValueError naming what is wrong."""
-        try:
-            d = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"not a JSON trace: {e}") from None
+        d = load_json(text, "not a JSON trace: the file")
         if not isinstance(d, dict) or "runs" not in d:
-            raise ValueError("not an eagle2-viz trace: no 'runs' field")
+            raise ValueError("not an eagle2-viz trace: no 'runs' field (export one with the page's Export button)")
         if d.get("version") != TRACE_VERSION:
-            raise ValueError(f"trace version {d.get('version')!r} is not supported (this build reads {TRACE_VERSION})")
+            raise ValueError(f"trace version {shown(d.get('version'))} is not supported (this build reads "
+                             f"{TRACE_VERSION}): export the trace again with this version")
+        if not isinstance(d["runs"], dict) or not all(isinstance(v, list) for v in d["runs"].values()):
+            raise ValueError("malformed step record in trace: 'runs' must map each method to a list of records")
+        for m, recs in d["runs"].items():
+            for i, r in enumerate(recs):
+                _check_shape(f"{shown(m, 20)} record {i}", r, RECORD_FIELDS, LIST_FIELDS)
+                for j, n in enumerate(r["nodes"]):
+                    _check_shape(f"{shown(m, 20)} record {i} node {j}", n, NODE_FIELDS, ())
         try:
             runs = {m: [StepRecord.from_dict(r) for r in recs] for m, recs in d["runs"].items()}
-        except (TypeError, KeyError, AttributeError) as e:
-            raise ValueError(f"malformed step record in trace: {e}") from None
+        except (TypeError, KeyError, AttributeError, ValueError) as e:
+            raise ValueError(f"malformed step record in trace: {shown(str(e), 160)}") from None
         return Trace(meta=d.get("meta", {}), runs=runs)

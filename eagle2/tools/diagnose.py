@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
+from ..files import write_atomic
 from . import workload as wl
 from .serving import ASSUMED, Shape, cpu_cost, fastest, gpu_cost, sglang_flags, tensorrt_llm_config, vllm_config
 
@@ -133,16 +133,21 @@ def cmd_diagnose(args: argparse.Namespace) -> None:
     from .autotune import SIZES, time_drafting, time_verify
     from ..config import DecodeConfig
     from ..decode.engine import encode_prompt
+    from ..inputs import check_number
     from ..loading import load
     from .prompts import read_rows
 
+    if args.limit is not None:
+        check_number("--limit", args.limit, 1, 1 << 20, whole=True)
+    check_number("--gpu-rows", args.gpu_rows, 1, 4096, whole=True)
+    check_number("--gpu-draft-cost", args.gpu_draft_cost, 0.0, 10.0)
     rows = read_rows(args.prompts, args.limit)
     if not rows:
         raise ValueError(f"no prompts in {args.prompts}")
+    cfg = DecodeConfig(max_new_tokens=args.max_new_tokens, **RECORD)  # checked before the model loads
     bundle = load(args.model, args.head, args.device, args.kernels, args.draft_dtype)
     say(bundle.describe())
     dec = decoder_for(bundle)
-    cfg = DecodeConfig(max_new_tokens=args.max_new_tokens, **RECORD)
     prompts, decodes, verify_ms, draft_ms, interrupted = [], [], None, None, False
     try:
         for i, row in enumerate(rows, 1):
@@ -178,14 +183,13 @@ def cmd_diagnose(args: argparse.Namespace) -> None:
 
 
 def write(out: dict, json_path: str | None, html_path: str | None) -> None:
+    """The report as JSON and/or HTML, each written whole or not at all (eagle2/files.py)."""
     if json_path:
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps(out, indent=1))
+        write_atomic(json_path, json.dumps(out, indent=1))
     if html_path:
         from viz.workload import report_html
 
-        Path(html_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(html_path).write_text(report_html(out))
+        write_atomic(html_path, report_html(out))
 
 
 def add_parser(sub) -> None:
