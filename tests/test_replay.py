@@ -7,8 +7,9 @@ import pytest
 
 from eagle2.config import DecodeConfig
 from eagle2.decode.engine import Decoder
-from eagle2.tools.replay import accept_by_size, replay_tau, size_curve
-from eagle2.decode.rerank import select_dynamic
+from eagle2.decode.records import KEPT
+from eagle2.decode.rerank import best, select_dynamic
+from eagle2.tools.replay import accept_by_size, replay_tau, size_curve, target_path
 
 _rng = random.Random(1)
 PROMPTS = [[_rng.randrange(1, 16) for _ in range(_rng.randrange(3, 9))] for _ in range(10)]
@@ -43,6 +44,15 @@ def test_every_size_equals_the_rerank_walk(records):
     for r in records:
         assert accept_by_size(r, 20) == [_walk(r, n) for n in range(1, 21)]
     assert max(len(r.accepted) for r in records) >= 2  # the walk went beyond the first level somewhere
+
+
+def test_the_engine_keeps_the_rerank_choice_and_the_walk_gives_the_accepted_path(records):
+    """One copy of each rule: the nodes the engine verified are `rerank.best` of its recorded pool, and walking
+    the target's recorded choices through them gives the path the engine accepted."""
+    for r in records:
+        assert {n.id for n in r.nodes if n.status == KEPT} == {n.id for n in best(r.nodes[1:], 20 - 1)}
+        assert tuple(n.id for n in target_path(r.nodes[0], r.verified[1:])) == r.accepted
+    assert any(len(r.nodes) > 20 for r in records)  # the rerank left nodes out somewhere
 
 
 def test_size_curve_starts_at_plain_decoding_grows_and_ends_at_the_run(records):

@@ -12,7 +12,7 @@ from typing import Protocol
 import torch
 
 from ..config import DecodeConfig
-from .rerank import Candidate, cutoff, floors, select_dynamic
+from .rerank import Candidate, best, cutoff, floors, select_dynamic
 from .tree import static_children
 
 LOG_FLOOR = -69.0  # about log(1e-30): the score of a lookup token the draft gives (almost) no probability
@@ -110,7 +110,7 @@ class DraftTree:
         floor, grow = floors(cfg.min_prob, cfg.expand_prob)
         frontier = self._root(cfg.top_k)
         for d in range(1, cfg.depth):
-            nodes = sorted(frontier, key=lambda i: -self.pool[i].score)[:cfg.top_k]  # best by cumulative score
+            nodes = best(frontier, cfg.top_k, lambda i: self.pool[i].score)  # the most confident by cumulative score
             nodes = [i for i in nodes if self.pool[i].score >= grow]
             if prune:
                 cut = cutoff(self.pool, cfg.total_tokens - 1)

@@ -1,12 +1,17 @@
-"""EAGLE-2's rerank as plain Python (no torch): the candidate nodes of a growing tree, which of them to keep,
-and the score a node must beat to be worth expanding. The engine drafts with it; `replay` re-runs it on
-recorded steps, which the page's charts do without loading torch.
+"""EAGLE-2's rerank as plain Python (no torch): the candidate nodes of a growing tree, the order it keeps them in
+(`best`), which of them to keep, and the score a node must beat to be worth expanding. The engine drafts with
+it; `replay` and `workload` re-run `best` on recorded steps, which the page's charts do without loading torch.
 """
 from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from operator import attrgetter
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -23,6 +28,14 @@ class Candidate:
     source: str = "draft"  # who proposed it: "draft", "lookup" (prompt lookup only) or "both"
 
 
+def best(items: Iterable[T], keep: int | None = None, score: Callable[[T], float] = attrgetter("score")) -> list[T]:
+    """The rerank's order: highest score first (`score`: an item's cumulative log-probability; default its
+    `.score`), ties to the earlier item (a stable sort); the first `keep` (all when None). Drafting order puts
+    parents before children, so ties go to shallower nodes."""
+    ranked = sorted(items, key=lambda x: -score(x))
+    return ranked if keep is None else ranked[:keep]
+
+
 def select_dynamic(pool: list[Candidate], keep: int, floor: float = -math.inf) -> list[int]:
     """EAGLE-2 rerank: indices (into pool, pool[0] = root) of the root plus the best `keep` drafted nodes, of
     those scoring at least `floor` (a cumulative log-probability; -inf: all).
@@ -30,8 +43,7 @@ def select_dynamic(pool: list[Candidate], keep: int, floor: float = -math.inf) -
     Scores never rise along a path, so the top set is connected; a stable sort breaks ties towards
     shallower (earlier-drafted) nodes, which keeps that true when scores are equal.
     """
-    best = sorted((i for i in range(1, len(pool)) if pool[i].score >= floor), key=lambda i: -pool[i].score)
-    chosen = set(best[:keep])  # stable
+    chosen = set(best((i for i in range(1, len(pool)) if pool[i].score >= floor), keep, lambda i: pool[i].score))
     for i in chosen:  # connectivity is an invariant; fail loudly rather than verify a broken tree
         p = pool[i].parent
         if p != 0 and p not in chosen:

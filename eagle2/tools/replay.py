@@ -2,13 +2,31 @@
 
 A step's record lists every drafted node with its score, and the target's own choice after each verified
 one. The tree EAGLE-2 would have kept with fewer nodes (or fewer levels) is what the engine's rerank
-(`rerank.select_dynamic`) keeps of those nodes, and the target's recorded choices say how far along it the
-target would have accepted. The tuner (`autotune`) picks a tree size with this, and the page draws each
-run's accept length against tree size with it. Greedy only: sampling accepts by chance.
+(`rerank.best`, as `rerank.select_dynamic` calls it) keeps of those nodes, and the target's recorded choices
+(`target_path`) say how far along it the target would have accepted. The tuner (`autotune`) picks a tree size
+with this, and the page draws each run's accept length against tree size with it. Greedy only: sampling
+accepts by chance.
 """
 from __future__ import annotations
 
-from ..decode.records import StepRecord
+from collections.abc import Iterable
+
+from ..decode.records import Node, StepRecord
+from ..decode.rerank import best
+
+
+def target_path(root: Node, nodes: Iterable[Node]) -> list[Node]:
+    """The target's recorded choices walked through `nodes` from `root`: at each node, the child among `nodes`
+    whose token is the target's own choice after it, until a node without a recorded choice (not verified)
+    or without that child. For a greedy step walked through its verified nodes, this is its accepted path."""
+    child: dict[tuple[int, int], Node] = {}
+    for n in nodes:
+        child.setdefault((n.parent, n.token), n)  # siblings hold distinct tokens; the first wins regardless
+    path, node = [], root
+    while node.target_token is not None and (node.id, node.target_token) in child:
+        node = child[(node.id, node.target_token)]
+        path.append(node)
+    return path
 
 
 def accept_by_size(r: StepRecord, max_nodes: int, depth: int | None = None, static: bool = False) -> list[int]:
@@ -28,15 +46,9 @@ def accept_by_size(r: StepRecord, max_nodes: int, depth: int | None = None, stat
     pool = r.nodes if depth is None else [n for n in r.nodes if n.depth <= depth]
     if len(pool) < len(r.nodes) and r.nodes[len(pool)].depth <= depth:
         raise ValueError("a record's nodes are not in drafting order")
-    order = range(1, len(pool)) if static else sorted(range(1, len(pool)), key=lambda i: -pool[i].score)  # stable
+    order = range(1, len(pool)) if static else best(range(1, len(pool)), score=lambda i: pool[i].score)
     place = {pool[i].id: k for k, i in enumerate(order)}
-    child = {}
-    for n in pool[1:]:
-        child.setdefault((n.parent, n.token), n)
-    path, node = [], pool[0]
-    while node.target_token is not None and (node.id, node.target_token) in child:
-        node = child[(node.id, node.target_token)]
-        path.append(place[node.id])
+    path = [place[n.id] for n in target_path(pool[0], pool[1:])]
     return [1 + sum(k < n - 1 for k in path) for n in range(1, max_nodes + 1)]
 
 
@@ -82,18 +94,12 @@ def accept_top_k(r: StepRecord, total_tokens: int, depth: int, top_k: int) -> in
     frontier = [n for n in kids.get(0, []) if n.rank < top_k]
     pool = list(frontier)
     for _ in range(1, depth):
-        grow = sorted(frontier, key=lambda n: -n.score)[:top_k]  # stable: earlier-drafted first on ties
+        grow = best(frontier, top_k)
         frontier = [c for n in grow for c in kids.get(n.id, []) if c.rank < top_k]
         if not frontier:
             break
         pool += frontier
-    kept = sorted(pool, key=lambda n: -n.score)[:total_tokens - 1]
-    child = {(n.parent, n.token): n for n in kept}
-    node, tokens = r.nodes[0], 1
-    while node.target_token is not None and (node.id, node.target_token) in child:
-        node = child[(node.id, node.target_token)]
-        tokens += 1
-    return tokens
+    return 1 + len(target_path(r.nodes[0], best(pool, total_tokens - 1)))
 
 
 def replay_runs(runs: list[list[StepRecord]], total_tokens: int, depth: int, top_k: int | None = None,
@@ -132,11 +138,7 @@ def accept_with_floors(r: StepRecord, total_tokens: int, depth: int, floor: floa
     most 1)."""
     grow = max(floor, grow)
     drafted = [n for n in r.nodes[1:] if n.depth <= depth and (n.parent == 0 or r.nodes[n.parent].score >= grow)]
-    kept = sorted((n for n in drafted if n.score >= floor), key=lambda n: -n.score)[:total_tokens - 1]  # stable
-    child = {(n.parent, n.token): n for n in kept}
-    node, tokens = r.nodes[0], 1
-    while node.target_token is not None and (node.id, node.target_token) in child:
-        node = child[(node.id, node.target_token)]
-        tokens += 1
+    kept = best((n for n in drafted if n.score >= floor), total_tokens - 1)
+    tokens = 1 + len(target_path(r.nodes[0], kept))
     levels = 1 + max((n.depth for n in drafted if n.score >= grow and n.depth < depth), default=0)
     return tokens, len(kept) + 1, levels

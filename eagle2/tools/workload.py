@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ..config import STATIC_PRESET, cut_tree, parse_tree
 from ..decode.records import ACCEPTED, KEPT, Node, StepRecord
+from ..decode.rerank import best
 
 STATIC_TREE = parse_tree(STATIC_PRESET, 10)  # EAGLE-1's mc_sim_7b_63: 25 paths of child ranks <= 3, depth <= 5
 STATIC_SIZES = range(2, len(STATIC_TREE) + 2)
@@ -106,7 +107,7 @@ def dynamic_pool(s: Step, depth: int, top_k: int) -> tuple[list[Node], bool]:
     frontier = [c for r, c in sorted(s.kids.get(0, {}).items()) if r < top_k]
     pool, exact = list(frontier), True
     for _ in range(1, depth):
-        grow = sorted(frontier, key=lambda n: -n.score)[:top_k]  # stable: earlier-drafted first on ties
+        grow = best(frontier, top_k)
         exact = exact and all(n.id in s.kids for n in grow)
         frontier = [c for n in grow for r, c in sorted(s.kids.get(n.id, {}).items()) if r < top_k]
         if not frontier:
@@ -121,7 +122,7 @@ def eagle2_by_budget(s: Step, depth: int, top_k: int, max_nodes: int) -> tuple[l
     Scores never rise along a path, so the target's path comes in sorted order and the tree of n nodes
     accepts its path nodes placed before n - 1."""
     pool, exact = dynamic_pool(s, depth, top_k)
-    place = {n.id: i for i, n in enumerate(sorted(pool, key=lambda n: -n.score))}
+    place = {n.id: i for i, n in enumerate(best(pool))}
     need, worst = [], -1  # budget each path prefix needs: all its nodes kept
     for n in s.path:
         if n.id not in place:
@@ -241,7 +242,7 @@ def conformance(steps: list[Step], max_depth: int = 7, budgets: tuple[int, ...] 
             top1["checked"] += 1
             top1["failed"] += not (length == got[-1] == s.tokens(s.accepted_in(ids)))
         pool, _ = dynamic_pool(s, max_depth, len(s.kids.get(0, {})))
-        ranked = sorted(pool, key=lambda n: -n.score)
+        ranked = best(pool)
         for n in budgets:
             kept = ranked[:n - 1]
             ids = {k.id for k in kept}
