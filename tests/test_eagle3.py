@@ -265,3 +265,32 @@ def test_interrupted_answers_continue_where_they_stopped():
                                 save=saved.append, save_every_s=0.0)
     assert [t.tolist() for t in rest.tokens] == [t.tolist() for t in whole.tokens] and rest.starts == whole.starts
     assert len(saved) == 2 and len(saved[-1].tokens) == 6  # saved after each of the two remaining batches
+
+
+def test_both_head_kinds_score_their_drafts_through_one_interface():
+    """The decoder asks either head kind the same things (`heads.Head`): its draft rows over the first n tokens of
+    its draft vocabulary give the head's own logits over those tokens, and its input feature comes from the
+    target forward it names (the last hidden state, or three layers' hidden states)."""
+    from conftest import CharTokenizer
+    from eagle2.decode.engine import Decoder
+    from eagle2.heads import Head, head_kind
+    from eagle2.heads.eagle import new_head
+
+    target = tiny_target(vocab=16)
+    e1 = new_head(target, seed=1)
+    e1.draft_vocab = torch.tensor([7, 3, 0, 12, 5, 9, 1, 2, 4, 6, 8, 10])
+    e3 = random_head(target, vocab=[0, 1, 2, 3, 5, 6, 8, 9, 10, 12, 13, 15])
+    e3.set_vocab_order(torch.tensor([15, 3, 0, 1, 2, 5, 6, 8, 9, 10, 12, 13]))
+    x = torch.randn(2, target.config.hidden_size)
+    with torch.no_grad():
+        body = target.model(input_ids=torch.tensor([PROMPT]), output_hidden_states=True)
+        for head, want, feats in (
+                (e1, target.lm_head(x)[:, e1.draft_vocab[:5]], body.last_hidden_state),
+                (e3, e3.logits(x)[:, e3.vocab_rows[:5]],
+                 torch.cat([body.hidden_states[i] for i in e3.feature_layers], dim=-1))):
+            assert all(hasattr(head, a) for a in Head.__annotations__)
+            rows = Decoder(target, head, CharTokenizer()).draft_rows(5)
+            assert rows.ids.tolist() == head.draft_vocab[:5].tolist()
+            assert torch.allclose(rows.logits(x), want, atol=1e-6)
+            assert torch.equal(head.target_features(body), feats)
+    assert (head_kind(e1), head_kind(e3)) == ("eagle1", "eagle3")

@@ -4,8 +4,9 @@ One loop serves EAGLE-2 (dynamic tree), EAGLE-1 (static tree) and plain decoding
 grow in draft.py. The target is a stock transformers causal LM driven with a 4D additive mask, explicit
 position ids and its own DynamicCache (with layers that have room to grow, eagle2/decode/cache.py); after each
 verify only the prefix and the accepted path stay in that cache. The draft head's cache likewise keeps
-committed positions only. Faster kernels, where the machine has them, come in through the constructor
-(`draft_linear`, `greedy`); the loop is the same without them.
+committed positions only. The head is any kind with the `heads.Head` interface: it says which target features
+it reads and which rows score its drafts. Faster kernels, where the machine has them, come in through the
+constructor (`draft_linear`, `greedy`); the loop is the same without them.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from transformers import DynamicCache
 
 from .cache import keep_positions, new_cache
 from ..config import DecodeConfig
+from ..heads import Head
 from .draft import LOG_FLOOR, DraftTree
 from .lookup import continuation
 from .records import KEPT, PRUNED, ROOT, UNEXPANDED, Node, StepRecord
@@ -97,7 +99,7 @@ class _Drafter:
 class Decoder:
     """Runs one method on one prompt and yields a record per step. Holds no per-run state."""
 
-    def __init__(self, target, head, tokenizer, eos_ids: set[int] | None = None,
+    def __init__(self, target, head: Head, tokenizer, eos_ids: set[int] | None = None,
                  draft_linear: Callable[[torch.Tensor], Callable] | None = None,
                  greedy: Callable[[torch.Tensor], list[int]] | None = None):
         """`draft_linear(weight)`: the layer that scores the draft's lm_head rows (default: a float matmul in the
@@ -109,13 +111,9 @@ class Decoder:
         self.device, self.dtype = target.device, target.dtype
         eos = eos_ids if eos_ids is not None else target.generation_config.eos_token_id
         self.eos = set(eos if isinstance(eos, (list, set, tuple)) else [eos]) - {None}
-        vocab = getattr(head, "draft_vocab", None)  # the draft may score a frequent subset (the target verifies all)
+        vocab = head.draft_vocab  # the draft may score a frequent subset (the target verifies all)
         self.draft_ids = None if vocab is None else vocab.to(self.device)
-        # an EAGLE-3 head reads three of the target's layers and scores its own lm_head rows after its own norm
-        self.feature_layers = getattr(head, "feature_layers", None)
-        own_rows = getattr(head, "vocab_rows", None)
-        self.own_rows = None if own_rows is None else own_rows.to(self.device)
-        self.head_dtype = getattr(head, "dtype", self.dtype)
+        self.head_dtype = head.dtype
         self._linear = draft_linear or (lambda w: (lambda x, w=w: torch.nn.functional.linear(x.to(w.dtype), w)))
         self.greedy_tokens = greedy or (lambda h: self.lm_head(h).argmax(dim=-1).tolist())
         self._rows: dict[int, DraftRows] = {}
@@ -130,23 +128,15 @@ class Decoder:
             ids = self.draft_ids[:n] if self.draft_ids is not None else (
                 torch.arange(n, device=self.device) if n < full else None)
             col = {} if ids is None else {t: j for j, t in enumerate(ids.tolist())}
-            if self.own_rows is not None:  # EAGLE-3: the head's own rows, after its final norm
-                w = self.head.lm_head.weight.index_select(0, self.own_rows[:n])
-                linear, norm = self._linear(w.detach().to(self.head_dtype)), self.head.norm
-                self._rows[n] = DraftRows(ids=ids, col=col, logits=lambda x, f=linear, g=norm: f(g(x)))
-            else:
-                w = self.lm_head.weight if ids is None else self.lm_head.weight.index_select(0, ids)
-                self._rows[n] = DraftRows(ids=ids, col=col, logits=self._linear(w.detach().to(self.head_dtype)))
+            w = self.head.draft_weight(self.lm_head.weight, n).detach().to(self.head_dtype)  # (n, H)
+            self._rows[n] = DraftRows(ids=ids, col=col, logits=self.head.scorer(self._linear(w)))
         return self._rows[n]
 
     def forward(self, **inputs) -> tuple[torch.Tensor, torch.Tensor]:
         """One pass of the target's body -> its post-norm features (B, T, H) and the head's input features from
-        the same pass: those again for an EAGLE-1/2 head, three layers' hidden states (B, T, 3H) for EAGLE-3."""
-        if self.feature_layers is None:
-            h = self.body(**inputs).last_hidden_state
-            return h, h
-        out = self.body(**inputs, output_hidden_states=True)
-        return out.last_hidden_state, self.head.target_features(out.hidden_states)
+        the same pass (`Head.target_features`: those again for EAGLE-1/2, three layers' (B, T, 3H) for EAGLE-3)."""
+        out = self.body(**inputs, output_hidden_states=self.head.feature_layers is not None)
+        return out.last_hidden_state, self.head.target_features(out)
 
     def sync(self) -> float:
         """A timestamp after the device has finished its queued work."""

@@ -7,6 +7,7 @@ there is no final norm, and logits come from the target's own lm_head.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -17,6 +18,7 @@ from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
 from . import eagle3 as head3
+from . import head_kind  # noqa: F401  (defined once in heads/, importable from here as before)
 from ..config import LIMITS
 
 DRAFT_VOCAB = "draft_vocab.safetensors"
@@ -29,6 +31,7 @@ class DraftHead(nn.Module):
     """Predicts the target's next feature from (next token, current feature)."""
 
     kind = "eagle1"
+    feature_layers = None  # it reads the target's last hidden state, after the final norm
 
     def __init__(self, config: LlamaConfig, bias: bool = True):
         super().__init__()
@@ -49,6 +52,20 @@ class DraftHead(nn.Module):
         pos_emb = self.rotary(x, position_ids=position_ids)
         return self.layers[0](x, attention_mask=mask, position_ids=position_ids, cache=cache,
                               use_cache=cache is not None, position_embeddings=pos_emb)
+
+    def target_features(self, out) -> torch.Tensor:
+        """Its input feature from a target forward: the last hidden state, after the final norm (B, T, H)."""
+        return out.last_hidden_state
+
+    def draft_weight(self, lm_head: torch.Tensor, n: int) -> torch.Tensor:
+        """The target's own lm_head rows for the first n tokens of the draft vocabulary (n, H)."""
+        if self.draft_vocab is None:
+            return lm_head if n == lm_head.shape[0] else lm_head[:n]
+        return lm_head.index_select(0, self.draft_vocab[:n].to(lm_head.device))
+
+    def scorer(self, rows: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The rows' layer itself: there is no final norm, the target's lm_head reads the layer's output as it is."""
+        return rows
 
     @property
     def bias(self) -> bool:
@@ -158,11 +175,6 @@ def _load_eagle3(directory: Path, cfg: dict, weights: dict, target) -> head3.Eag
     head.set_vocab_order(_read_draft_vocab(directory, tc.vocab_size))
     head.source = str(directory)
     return head.to(dtype=target.dtype, device=target.device).eval().requires_grad_(False)
-
-
-def head_kind(head) -> str:
-    """"eagle3" or "eagle1" (the EAGLE-1/2 head: one layout for both papers)."""
-    return getattr(head, "kind", "eagle1")
 
 
 def _read_draft_vocab(directory: Path, vocab_size: int) -> torch.Tensor | None:

@@ -19,6 +19,7 @@ vocabulary most frequent first, so that a run can draft over its first N tokens 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -141,9 +142,20 @@ class Eagle3Head(nn.Module):
         """The target id of each lm_head row."""
         return torch.arange(len(self.d2t), device=self.d2t.device) + self.d2t
 
-    def target_features(self, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        """The fused input from a target forward's hidden states (output_hidden_states=True): (B, T, 3H)."""
-        return torch.cat([hidden_states[i] for i in self.feature_layers], dim=-1)
+    def target_features(self, out) -> torch.Tensor:
+        """Its input from a target forward's output (output_hidden_states=True): three layers' hidden states
+        side by side (B, T, 3H), fused by `fc` in `forward`."""
+        return torch.cat([out.hidden_states[i] for i in self.feature_layers], dim=-1)
+
+    def draft_weight(self, lm_head: torch.Tensor, n: int) -> torch.Tensor:
+        """Its own lm_head rows (not the target's `lm_head`) for the first n tokens of its draft vocabulary."""
+        rows = self.vocab_rows if self.vocab_rows is not None else torch.arange(len(self.d2t))
+        return self.lm_head.weight.index_select(0, rows[:n].to(self.lm_head.weight.device))
+
+    def scorer(self, rows: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+        """Its final norm, then the rows' layer."""
+        norm = self.norm
+        return lambda out: rows(norm(out))
 
     @property
     def bias(self) -> bool:

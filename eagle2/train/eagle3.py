@@ -184,7 +184,7 @@ def target_pass(target, tokens: torch.Tensor, valid: torch.Tensor, head: head3.E
     (B, T, V') and its greedy token (B, T)."""
     with torch.no_grad():
         out = target(input_ids=tokens, attention_mask=valid.long(), output_hidden_states=True)
-        feats = head.target_features(out.hidden_states).float()
+        feats = head.target_features(out).float()
         logits = out.logits
         return feats, logits.float().index_select(-1, rows), logits.argmax(-1)
 
