@@ -313,3 +313,20 @@ def test_unset_floors_keep_the_fixed_size_tree(tiny):
     assert [kept_paths(r) for r in floored] == [kept_paths(r) for r in plain]  # a floor nothing falls below
     with pytest.raises(ValueError, match="min_prob"):
         DecodeConfig(min_prob=1.5)
+
+
+def test_the_last_record_says_why_the_run_stopped(tiny):
+    """`stop` is set on the last record only: the token limit, an end-of-sequence token (even inside an accepted
+    path), or `should_stop` (asked before each record goes out, the prefill's included)."""
+    target, head, tok = oracle_setup(tiny)
+    cfg = DecodeConfig(method="eagle2", max_new_tokens=40, total_tokens=20, depth=4, top_k=8)
+    recs = list(Decoder(target, head, tok).run(PROMPT, cfg))
+    assert [r.stop for r in recs] == [None] * (len(recs) - 1) + ["max_new_tokens"]
+    eos = next(r for r in recs[1:] if len(r.accepted) >= 2).new_tokens[0]
+    ended = list(Decoder(target, head, tok, eos_ids={eos}).run(PROMPT, cfg))
+    assert ended[-1].stop == "eos" and ended[-1].new_tokens[-1] == eos and {r.stop for r in ended[:-1]} == {None}
+    answers = iter([False, False, True])  # asked after the prefill, after step 1, after step 2
+    stopped = list(Decoder(target, head, tok).run(PROMPT, cfg, should_stop=lambda: next(answers)))
+    assert [r.stop for r in stopped] == [None, None, "stopped"]
+    only = list(Decoder(target, head, tok).run(PROMPT, DecodeConfig(method="vanilla", max_new_tokens=1)))
+    assert [r.stop for r in only] == ["max_new_tokens"]  # the prefill's token was the last

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from transformers import DynamicCache
@@ -55,7 +55,7 @@ class _State:
     root: int                   # last committed token, not yet in the target cache
     history: list[int]          # prompt and every committed token, root last (for prompt lookup)
     rows: DraftRows             # the lm_head rows this run's draft scores
-    produced: int = 0
+    produced: int = 0           # tokens committed so far (the prefill's first included)
 
 
 class _Drafter:
@@ -154,10 +154,12 @@ class Decoder:
                  else sample_token(self.lm_head(h[0, -1]), cfg.temperature, cfg.top_p, gen))
         st = _State(target_cache=cache, head_cache=new_cache(self.head.config), head_len=0, pend_feats=feats,
                     pend_tokens=torch.tensor([prompt_ids[1:] + [first]], device=self.device), root=first,
-                    history=list(prompt_ids) + [first], rows=self.draft_rows(cfg.draft_tokens), produced=1)
+                    history=list(prompt_ids), rows=self.draft_rows(cfg.draft_tokens))
+        _, stop = self.produce(st, [first], cfg)
         rec = StepRecord(step=0, method=cfg.method, prefix_len=len(prompt_ids), nodes=(), accepted=(),
                          bonus_token=first, new_tokens=(first,), new_texts=(self.token_text(first),),
-                         new_sources=("target",), draft_ms=0.0, verify_ms=(self.sync() - t0) * 1e3, commit_ms=0.0)
+                         new_sources=("target",), draft_ms=0.0, verify_ms=(self.sync() - t0) * 1e3, commit_ms=0.0,
+                         stop=stop)
         return st, rec
 
     def draft(self, st: _State, cfg: DecodeConfig, prune: bool = True) -> DraftTree:
@@ -186,14 +188,29 @@ class Decoder:
             return accept_greedy(parents, tokens, self.greedy_tokens(h))
         return accept_sampling(parents, tokens, self.lm_head(h), cfg.temperature, cfg.top_p, gen)
 
-    def commit(self, st: _State, path: list[int], tokens: list[int], bonus: int, feats: torch.Tensor,
-               past: int) -> None:
-        """Keep prefix + root + accepted path in the target cache; queue the new pairs (head features) for the head."""
+    def commit(self, st: _State, path: list[int], tokens: list[int], bonus: int, feats: torch.Tensor, past: int,
+               cfg: DecodeConfig) -> tuple[list[int], str | None]:
+        """Keep prefix + root + accepted path in the target cache, queue the new pairs (head features) for the head
+        and produce the new tokens -> (those committed, why the run stops after them or None)."""
         rows = torch.tensor([0] + path, device=self.device)
         keep_positions(st.target_cache, past, past + rows)
         st.pend_feats = feats.index_select(0, rows)[None]
         st.pend_tokens = torch.tensor([[tokens[i] for i in path] + [bonus]], device=self.device)
         st.root = bonus
+        return self.produce(st, [tokens[i] for i in path] + [bonus], cfg)
+
+    def produce(self, st: _State, new: list[int], cfg: DecodeConfig) -> tuple[list[int], str | None]:
+        """Count `new` as produced, cut exactly where plain decoding would stop -> (the tokens kept, "eos" or
+        "max_new_tokens" where the cut ends the run, else None)."""
+        stop = None
+        for j, t in enumerate(new):
+            stop = "eos" if t in self.eos else "max_new_tokens" if st.produced + j + 1 >= cfg.max_new_tokens else None
+            if stop:
+                new = new[:j + 1]
+                break
+        st.produced += len(new)
+        st.history += new
+        return new, stop
 
     def check_prompt(self, prompt_ids: list[int], cfg: DecodeConfig) -> None:
         """Refuse an empty prompt, or one that leaves no room in the model's context for the answer and a tree."""
@@ -211,46 +228,48 @@ class Decoder:
     @torch.inference_mode()  # entered around each resume of the generator, not across yields
     def run(self, prompt_ids: list[int], cfg: DecodeConfig, should_stop: Callable[[], bool] | None = None,
             prune: bool = True) -> Iterator[StepRecord]:
-        """Decode until EOS or max_new_tokens, yielding one record per step (step 0 is the prefill).
-        `prune=False` drafts every level in full (the same trees; the tuner times drafting that way)."""
+        """Decode until EOS or max_new_tokens, yielding one record per step (step 0 is the prefill); the last one
+        says why it is the last (`StepRecord.stop`). `should_stop()` is asked once per step, before its record
+        goes out: when true, that record is the last ("stopped"). `prune=False` drafts every level in full (the
+        same trees; the tuner times drafting that way)."""
         self.check_prompt(prompt_ids, cfg)
         gen = torch.Generator(device=self.device).manual_seed(cfg.seed)
         st, rec = self.prefill(prompt_ids, cfg, gen)
-        yield rec
-        step, done = 0, rec.bonus_token in self.eos or st.produced >= cfg.max_new_tokens
-        while not done and not (should_stop and should_stop()):
-            step += 1
-            t0 = self.sync()
-            tree = self.draft(st, cfg, prune)
-            kept, parents, tokens = tree.verified()
-            t1 = self.sync()
-            past = st.target_cache.get_seq_length()
-            h, feats = self.verify(st.target_cache, parents, tokens)
-            dec = self.accept(parents, tokens, h, cfg, gen)
-            t2 = self.sync()
-            self.commit(st, dec.accepted, tokens, dec.bonus, feats, past)
-            new, sources = [tokens[i] for i in dec.accepted] + [dec.bonus], ["draft"] * len(dec.accepted) + ["target"]
-            stop = next((j for j, t in enumerate(new) if t in self.eos or st.produced + j + 1 >= cfg.max_new_tokens),
-                        None)  # cut exactly where plain decoding would stop
-            if stop is not None:
-                new, sources, done = new[:stop + 1], sources[:stop + 1], True
-            st.produced += len(new)
-            st.history += new
-            t3 = self.sync()
-            yield self._record(step, cfg, past + 1, tree, kept, dec, new, sources, (t1 - t0, t2 - t1, t3 - t2))
+        while True:
+            if rec.stop is None and should_stop is not None and should_stop():
+                rec = replace(rec, stop="stopped")
+            yield rec
+            if rec.stop is not None:
+                return
+            rec = self.step(st, rec.step + 1, cfg, gen, prune)
 
-    def _record(self, step, cfg, prefix_len, tree: DraftTree, kept, dec, new, sources, times) -> StepRecord:
+    def step(self, st: _State, step: int, cfg: DecodeConfig, gen, prune: bool = True) -> StepRecord:
+        """One step: draft a tree, verify it in one target forward, accept a path, commit it."""
+        t0 = self.sync()
+        tree = self.draft(st, cfg, prune)
+        kept, parents, tokens = tree.verified()
+        t1 = self.sync()
+        past = st.target_cache.get_seq_length()
+        h, feats = self.verify(st.target_cache, parents, tokens)
+        decision = self.accept(parents, tokens, h, cfg, gen)
+        t2 = self.sync()
+        new, stop = self.commit(st, decision.accepted, tokens, decision.bonus, feats, past, cfg)
+        t3 = self.sync()
+        return self._record(step, cfg, past + 1, tree, kept, decision, new, stop, (t1 - t0, t2 - t1, t3 - t2))
+
+    def _record(self, step, cfg, prefix_len, tree: DraftTree, kept, decision, new, stop, times) -> StepRecord:
         """Freeze one step into plain data: every candidate, its status and the target's verdict."""
         pos, text, nodes = {old: j for j, old in enumerate(kept)}, self.token_text, []
         for i, c in enumerate(tree.pool if cfg.method != "vanilla" else ()):
             j = pos.get(i)
             status = ROOT if i == 0 else KEPT if j is not None else PRUNED if c.expanded else UNEXPANDED
-            tt = dec.target_tokens[j] if (j is not None and dec.target_tokens) else None
+            tt = decision.target_tokens[j] if (j is not None and decision.target_tokens) else None
             nodes.append(Node(id=i, parent=c.parent, token=c.token, text=text(c.token), depth=c.depth, rank=c.rank,
                               prob=math.exp(c.logp) if i else 1.0, score=c.score, status=status, expanded=c.expanded,
-                              verdict=dec.verdicts[j] if j is not None else None, target_token=tt,
+                              verdict=decision.verdicts[j] if j is not None else None, target_token=tt,
                               target_text=text(tt) if tt is not None else None, source=c.source))
+        sources = (["draft"] * len(decision.accepted) + ["target"])[:len(new)]  # accepted drafts, then the bonus
         return StepRecord(step=step, method=cfg.method, prefix_len=prefix_len, nodes=tuple(nodes),
-                          accepted=tuple(kept[j] for j in dec.accepted), bonus_token=dec.bonus, new_tokens=tuple(new),
-                          new_texts=tuple(text(t) for t in new), new_sources=tuple(sources),
-                          draft_ms=times[0] * 1e3, verify_ms=times[1] * 1e3, commit_ms=times[2] * 1e3)
+                          accepted=tuple(kept[j] for j in decision.accepted), bonus_token=decision.bonus,
+                          new_tokens=tuple(new), new_texts=tuple(text(t) for t in new), new_sources=tuple(sources),
+                          draft_ms=times[0] * 1e3, verify_ms=times[1] * 1e3, commit_ms=times[2] * 1e3, stop=stop)

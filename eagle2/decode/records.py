@@ -65,6 +65,7 @@ class StepRecord:
     draft_ms: float
     verify_ms: float
     commit_ms: float
+    stop: str | None = None         # on a run's last record, why it stopped: "eos", "max_new_tokens" or "stopped"
 
     @property
     def target_forwards(self) -> int:
