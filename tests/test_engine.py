@@ -330,3 +330,14 @@ def test_the_last_record_says_why_the_run_stopped(tiny):
     assert [r.stop for r in stopped] == [None, None, "stopped"]
     only = list(Decoder(target, head, tok).run(PROMPT, DecodeConfig(method="vanilla", max_new_tokens=1)))
     assert [r.stop for r in only] == ["max_new_tokens"]  # the prefill's token was the last
+
+
+def test_a_trace_from_before_the_stop_field_still_loads(tiny):
+    target, head, tok = tiny
+    recs = list(Decoder(target, head, tok).run(PROMPT, DecodeConfig(max_new_tokens=5, top_k=3, total_tokens=6)))
+    d = json.loads(Trace(meta={}, runs={"eagle2": recs}).to_json())
+    assert d["runs"]["eagle2"][-1]["stop"] == "max_new_tokens"
+    for r in d["runs"]["eagle2"]:
+        del r["stop"]
+    back = Trace.from_json(json.dumps(d)).runs["eagle2"]
+    assert [r.stop for r in back] == [None] * len(recs) and [r.new_tokens for r in back] == [r.new_tokens for r in recs]

@@ -130,7 +130,7 @@ def _check_shape(where: str, d: object, known: frozenset, lists: tuple[str, ...]
     """A record or node from a file: an object with the dataclass's fields (lists where lists belong)."""
     if not isinstance(d, dict):
         raise ValueError(f"malformed step record in trace: {where} is not an object")
-    optional = {"target_forwards", "verdict", "target_token", "target_text", "source"}
+    optional = {"target_forwards", "verdict", "target_token", "target_text", "source", "stop"}
     missing, unknown = known - optional - set(d), set(d) - known
     if missing or unknown:
         what = "; ".join(x for x in (f"missing {', '.join(sorted(missing))}" if missing else "",
