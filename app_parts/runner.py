@@ -117,10 +117,10 @@ def _tokens(recs: list) -> list[int]:
     return [t for r in recs for t in r.new_tokens]
 
 
-def _complete(recs: list, max_new_tokens: int, eos: set[int]) -> bool:
-    """Whether a method's records already end its run (the token limit reached, or an end-of-sequence token)."""
-    tokens = _tokens(recs)
-    return len(tokens) >= max_new_tokens or any(t in eos for t in tokens[-1:])
+def _complete(recs: list) -> bool:
+    """Whether a method's records end its run by the engine's own rule (the last record says why it stopped: an
+    end-of-sequence token or the token limit; not a Stop)."""
+    return bool(recs) and recs[-1].stop in ("eos", "max_new_tokens")
 
 
 def _live_pass(session: Session, gens: dict[str, Iterator], control: RunControl, budget: Budget | None,
@@ -321,9 +321,8 @@ def _generate(req: RunRequest, get_bundle, show_pruned: bool, control: RunContro
     yield Update(session=None, status="Timed pass: decoding again with nothing drawn…")
     gc.collect()  # the live pass's figures, collected now rather than inside a timed step
     time.sleep(SETTLE_S)
-    eos = decoder_for(bundle).eos
     timed = yield from _timed_pass(session, decodes(methods), control, budget,
-                                   lambda m, recs: _complete(recs, cfgs[m].max_new_tokens, eos), clock)
+                                   lambda m, recs: _complete(recs), clock)
     if control.stop_requested:  # a timed pass cut by Stop times nothing whole: keep the live trees, untimed
         session.runs.update({m: recs for m, recs in timed.items() if m not in session.runs})
         session.decode_s = {}

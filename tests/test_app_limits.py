@@ -75,6 +75,8 @@ def _fake_decoding(monkeypatch, clock: FakeClock, step_s: dict[str, float],
             clock.now += step_s[m]
             ran[m][-1] = step + 1
             rec = _step(m, step)
+            if 1 + 2 * step >= cfg.max_new_tokens:  # the engine's last record says why it stopped
+                rec = replace(rec, stop="max_new_tokens")
             if differ == m and second and step == 2:
                 rec = replace(rec, new_tokens=(9, 9))
             yield rec
