@@ -61,15 +61,15 @@ class _State:
 class _Drafter:
     """The draft head over one step (draft.Drafter): its cache holds committed pairs plus this step's drafts."""
 
-    def __init__(self, dec: "Decoder", st: _State):
-        self.dec, self.st = dec, st
+    def __init__(self, decoder: "Decoder", st: _State):
+        self.decoder, self.st = decoder, st
 
     def _run(self, tokens: list[int], feats: torch.Tensor, visible: torch.Tensor, positions: list[int],
              last: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        st, dev = self.st, self.dec.device
-        mask = additive_mask(visible, st.head_len, self.dec.head_dtype).to(dev)
-        out = self.dec.head(torch.tensor([tokens], device=dev), feats[None] if feats.dim() == 2 else feats, mask,
-                            torch.tensor([positions], device=dev), st.head_cache)[0]  # (Q, H)
+        st, dev = self.st, self.decoder.device
+        mask = additive_mask(visible, st.head_len, self.decoder.head_dtype).to(dev)
+        out = self.decoder.head(torch.tensor([tokens], device=dev), feats[None] if feats.dim() == 2 else feats,
+                                mask, torch.tensor([positions], device=dev), st.head_cache)[0]  # (Q, H)
         scored = out[-1:] if last else out
         return torch.log_softmax(st.rows.logits(scored).float(), dim=-1), out
 
@@ -162,7 +162,7 @@ class Decoder:
                          stop=stop)
         return st, rec
 
-    def draft(self, st: _State, cfg: DecodeConfig, prune: bool = True) -> DraftTree:
+    def draft_tree(self, st: _State, cfg: DecodeConfig, prune: bool = True) -> DraftTree:
         """Grow this step's tree; the drafted pairs leave the head cache again."""
         tree = DraftTree(st.root, _Drafter(self, st))
         if cfg.method == "eagle2":
@@ -246,7 +246,7 @@ class Decoder:
     def step(self, st: _State, step: int, cfg: DecodeConfig, gen, prune: bool = True) -> StepRecord:
         """One step: draft a tree, verify it in one target forward, accept a path, commit it."""
         t0 = self.sync()
-        tree = self.draft(st, cfg, prune)
+        tree = self.draft_tree(st, cfg, prune)
         kept, parents, tokens = tree.verified()
         t1 = self.sync()
         past = st.target_cache.get_seq_length()
