@@ -1,12 +1,14 @@
 """FastLinear with prepacked oneDNN matmuls (eagle2/cpu): same products, same greedy tokens, training untouched."""
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
 from eagle2 import cpu
 from eagle2.config import DecodeConfig
-from eagle2.cpu import onednn
+from eagle2.cpu import int8, onednn
 from eagle2.cpu.linear import FastLinear
 from eagle2.decode.engine import Decoder
 from tests.conftest import CharTokenizer, tiny_target
@@ -121,3 +123,24 @@ def test_stock_rows_keeps_pytorchs_kernel_only_up_to_its_first_loss(monkeypatch)
     monkeypatch.undo()
     assert real(lambda: None, 2) >= 0.0
     assert onednn.stock_rows(layers, packed) in (0, *onednn.CALIBRATE_ROWS)  # real timings: any answer is safe
+
+
+@pytest.mark.parametrize("int8_rows", [False, True])
+def test_a_fast_layer_stays_right_after_to(int8_rows):
+    """`.to()` converts the weight; the packed copy, the int8 rows and the tensors forward reads follow it."""
+    stock = torch.nn.Linear(32, 8)
+    lin = FastLinear.from_linear(copy.deepcopy(stock), stock_rows=1, own_rows=4, int8_rows=int8_rows)
+    lin.to(torch.float64)
+    stock.to(torch.float64)
+    with torch.inference_mode():
+        for rows in (1, 3, 6):  # PyTorch's kernel, then the packed one (beyond stock_rows)
+            x = torch.randn(rows, 32, dtype=torch.float64)
+            torch.testing.assert_close(lin(x), stock(x))
+        assert lin.packed is None and lin.q is None  # neither applies to float64 weights
+        lin.to(torch.float32)
+        stock.to(torch.float32)
+        assert lin.packed is not None and (lin.q is not None) == (int8_rows and int8.fits(lin.weight))
+        for rows in (1, 3, 6):
+            x = torch.randn(rows, 32)
+            tol = 0.02 if int8_rows else 1e-5  # int8 rows round each weight to 1/254 of its row's largest
+            torch.testing.assert_close(lin(x), stock(x), atol=tol, rtol=tol)

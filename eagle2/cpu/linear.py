@@ -25,14 +25,30 @@ class FastLinear(torch.nn.Module):
         self.weight = weight if isinstance(weight, torch.nn.Parameter) else torch.nn.Parameter(weight, False)
         self.bias = bias
         self.stock_rows = stock_rows
+        self._asked = (own_rows, packed, int8_rows)  # the kernels asked for; `_derive` keeps those that apply
+        for name in ("packed", "q", "scale"):
+            self.register_buffer(name, None, persistent=False)
+        self._derive(packed)
+
+    def _derive(self, packed: bool) -> None:
+        """The kernels' own copies of the weight as it is now (prepacked, int8 rows) and the row-kernel limit."""
+        own_rows, _, int8_rows = self._asked
+        weight = self.weight
         self.own_rows = min(own_rows, rowkernel.MAX_ROWS) if own_rows and rowkernel.usable(weight) else 0
-        self.register_buffer("packed", onednn.pack(weight) if packed else None, persistent=False)
+        self.packed = onednn.pack(weight) if packed else None
         q8 = int8.quantize(weight) if int8_rows and int8.fits(weight) else None
-        self.register_buffer("q", None if q8 is None else q8.q, persistent=False)
-        self.register_buffer("scale", None if q8 is None else q8.scale, persistent=False)
+        self.q, self.scale = (None, None) if q8 is None else (q8.q, q8.scale)
         # the same tensors as one plain attribute: a forward runs hundreds of times a step, and reading
         # parameters and buffers through nn.Module's attribute lookup cost about 1% of a decode here
         self.__dict__["_fast"] = (self.weight, self.bias, self.packed, self.q, self.scale)
+
+    def _apply(self, fn, recurse: bool = True):
+        """`.to()`, `.double()` and the like convert the weight and bias only; the kernels' copies are derived
+        again from them (converting those would leave them stale, or fail on a packed weight)."""
+        self.packed = self.q = self.scale = None
+        super()._apply(fn, recurse)
+        self._derive(self._asked[1] and onednn.available(self.weight))
+        return self
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, stock_rows: int, own_rows: int, packed: bool = True,
