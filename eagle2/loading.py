@@ -6,8 +6,10 @@ Dequantising it takes ~20 s, so the first load converts it once into a safetenso
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,7 +66,8 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         bar.update()
         out.parent.mkdir(parents=True, exist_ok=True)
-        # a folder of this process's own: two processes converting at once must not write into each other's
+        # a folder of this process's own: two processes converting at once must not write into each other's;
+        # it becomes `out` by one rename once whole, so a conversion killed midway leaves only this folder
         tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
         model.config.quantization_config = None  # weights are plain float32 now
         model.config.save_pretrained(tmp)
@@ -88,9 +91,31 @@ def resolve_model(model: str = EMBEDDED) -> str:
     if gguf is None:
         return HUB_FALLBACK  # e.g. a Space that installed only requirements.txt
     out = cache_dir() / "SmolLM2-135M-Instruct-f32"
-    if not (out / "model.safetensors").exists():
+    if out.exists() and not converted_whole(out):  # half-written (by an older build, a copy, a full disk)
+        print(f"eagle2: the converted model in {out} is incomplete; converting it again", file=sys.stderr)
+        shutil.rmtree(out, ignore_errors=True)
+    if not out.exists():
         _convert_gguf(gguf, out)
     return str(out)
+
+
+def converted_whole(folder: Path) -> bool:
+    """Whether a converted model folder is whole: its config parses and its safetensors file is as long as
+    its own header says (a truncated file is shorter)."""
+    try:
+        json.loads((folder / "config.json").read_text())
+        if not (folder / "tokenizer.json").is_file():
+            return False
+        weights = folder / "model.safetensors"
+        with weights.open("rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(n)) if 0 < n < 100 * 2**20 else None
+        if not isinstance(header, dict):
+            return False
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        return weights.stat().st_size == 8 + n + end
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return False
 
 
 @dataclass(eq=False)  # compared and hashed by identity: a decoder is kept per bundle (api.decoder_for)
@@ -240,9 +265,12 @@ def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", k
         cpu.use_tree_sdpa(target)  # on CUDA a masked grouped-head SDPA falls back to the slow math kernel
         cpu.use_tree_sdpa(h)
     int8_rows = head_dtype == "int8"
+    kernels = plan.describe()
+    if dev.type == "cpu" and cpu.row_kernel_failure():  # the line says which kernels run, and why not ours
+        kernels += f"; row kernel off: {cpu.row_kernel_failure()}"
     return Bundle(target=target, tokenizer=tok, head=h, device=dev, dtype=dtype,
                   model_name=("SmolLM2-135M-Instruct (embedded GGUF)" if model == EMBEDDED else model),
-                  head_name=_shown(getattr(h, "source", str(head))), kernels=plan.describe(),
+                  head_name=_shown(getattr(h, "source", str(head))), kernels=kernels,
                   draft_dtype=head_dtype,
                   draft_linear=cpu.draft_linear(plan, int8_rows) if plan.onednn or int8_rows else None,
                   greedy=cpu.exact_greedy(target.get_output_embeddings()))

@@ -15,9 +15,10 @@ from .attention import use_tree_sdpa
 from .linear import FastLinear
 from .onednn import available
 from .plan import KERNELS, KernelPlan, plan_for
+from .rows import failure as row_kernel_failure
 
 __all__ = ["KERNELS", "FastLinear", "KernelPlan", "accelerate", "draft_linear", "exact_greedy", "plan_for",
-           "use_tree_sdpa"]
+           "row_kernel_failure", "use_tree_sdpa"]
 
 
 def accelerate(model: torch.nn.Module, plan: KernelPlan, int8_rows: bool = False) -> int:

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from ..config import cache_dir
+from ..files import write_atomic
 from . import onednn
 from . import rows as rowkernel
 
@@ -78,8 +79,5 @@ def plan_for(models: list[torch.nn.Module], kernels: str = "auto") -> KernelPlan
     few = onednn.stock_rows(mains, packed)
     own = onednn.own_rows(mains, packed, few) if all(rowkernel.usable(m.weight) for m in mains) else 0
     plan = KernelPlan(onednn=True, stock_rows=few, own_rows=min(own, rowkernel.MAX_ROWS))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"key": key, "plan": asdict(plan)}, indent=1))
-    tmp.replace(path)
+    write_atomic(path, json.dumps({"key": key, "plan": asdict(plan)}, indent=1))  # whole or not at all
     return plan

@@ -7,18 +7,34 @@ so a verified row is bit for bit what a one-row step computes. It needs AVX-512 
 `ninja`, a pinned requirement); it is compiled once (about 30 s) into PyTorch's extension cache
 (~/.cache/torch_extensions, or $TORCH_EXTENSIONS_DIR). Where it cannot be built, `load` says why and the
 layers keep PyTorch's and oneDNN's kernels (eagle2/cpu/linear.py).
+
+An interrupted build must not block later starts: torch guards its build folder with an empty `lock` file
+that a process killed mid-build (SIGKILL, SIGTERM, the OOM killer) never removes, and every later build waits
+on it forever. So a build here also holds an flock on OWNER beside it, which the kernel drops when the process
+dies however it dies: a `lock` found while we hold OWNER was left by a dead build; it is cleared, with that
+build's files, and the kernel built afresh by a process of its own in the background (about 30 s), while this
+start goes on at once with the stock kernels; the next start uses the kernel. A live build elsewhere is waited
+for at most `wait_s()`; past that the stock kernels run too. Either way `failure()` says why.
 """
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
+import shutil
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
 MAX_ROWS = 32  # FastLinear never offers it more rows (prefill goes to oneDNN, a blocked GEMM)
+NAME = "eagle2_rows"
+OWNER = "eagle2.owner"  # flocked by the process building or loading the kernel; its pid inside, for people
+WAIT_S = 180.0          # how long to wait for another live process's build (EAGLE2_ROW_KERNEL_WAIT_S overrides)
 SOURCE = Path(__file__).with_name("csrc") / "rows_linear.cpp"
 log = logging.getLogger(__name__)
 
@@ -35,6 +51,50 @@ def why_not() -> str | None:
     return None
 
 
+def wait_s() -> float:
+    """Seconds to wait for another live process's build: EAGLE2_ROW_KERNEL_WAIT_S, else WAIT_S."""
+    try:
+        return max(float(os.environ.get("EAGLE2_ROW_KERNEL_WAIT_S", WAIT_S)), 0.0)
+    except ValueError:
+        return WAIT_S
+
+
+def build_dir() -> Path:
+    """torch's build folder for the kernel ($TORCH_EXTENSIONS_DIR or its cache, then the kernel's name)."""
+    from torch.utils import cpp_extension
+
+    return Path(cpp_extension._get_build_directory(NAME, verbose=False))
+
+
+@contextmanager
+def build_turn(folder: Path, wait: float) -> Iterator[bool]:
+    """Hold OWNER in `folder` for a build or load; yields whether a dead build's lock was found (and cleared,
+    with its files). TimeoutError when another live process holds OWNER for more than `wait` seconds."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / OWNER, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"another process has been building it in {folder} for over {wait:.0f} s "
+                                       "(EAGLE2_ROW_KERNEL_WAIT_S sets the wait)") from None
+                time.sleep(0.2)
+        stale = (folder / "lock").exists()  # no live build holds OWNER, so whoever left this is dead
+        if stale:
+            for p in folder.iterdir():  # its half-written objects are not to be trusted either
+                if p.name != OWNER:
+                    shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield stale
+    finally:
+        os.close(fd)  # drops the flock
+
+
 def load():
     """The compiled module, or None (and the reason in `failure()`); built once per process."""
     if "module" in _state:
@@ -44,12 +104,25 @@ def load():
         try:
             from torch.utils import cpp_extension
             start = time.perf_counter()
-            module = cpp_extension.load(name="eagle2_rows", sources=[str(SOURCE)],
-                                        extra_cflags=["-O3", "-mavx512f", "-fopenmp"],
-                                        extra_ldflags=["-fopenmp"], verbose=False)
+            folder = build_dir()
+            with build_turn(folder, wait_s()) as stale:
+                if not stale:
+                    module = cpp_extension.load(name=NAME, sources=[str(SOURCE)], build_directory=str(folder),
+                                                extra_cflags=["-O3", "-mavx512f", "-fopenmp"],
+                                                extra_ldflags=["-fopenmp"], verbose=False)
+            if stale:  # OWNER is free again: the builder takes it, so later starts wait for it (bounded)
+                subprocess.Popen([sys.executable, "-c", "from eagle2.cpu import rows; rows.load()"],
+                                 start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, cwd=str(Path(__file__).resolve().parents[2]))
+                reason = ("being built again in the background after an interrupted build (the next start uses "
+                          "it)")
+                print(f"eagle2: cleared the row kernel's lock left by an interrupted build in {folder}; it is "
+                      "being built again in the background, and this run uses the stock kernels", file=sys.stderr)
             took = time.perf_counter() - start
-            if took > 3:  # a build, not a cached load: say where the time went
+            if took > 3 and module is not None:  # a build, not a cached load: say where the time went
                 print(f"eagle2: built the row kernel in {took:.0f} s (once per machine)", file=sys.stderr)
+        except TimeoutError as e:
+            reason = f"not ready: {e}"
         except Exception as e:  # no compiler, no ninja, a failed build: keep the stock kernels
             reason = f"could not be built ({type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''})"
     _state["module"], _state["failure"] = module, reason
