@@ -46,6 +46,43 @@ GPU_SLOT_S = 180  # a ZeroGPU slot for one Generate: loading, both passes within
 PACES = {"1 step/s": 1.0, "2 steps/s": 0.5, "4 steps/s": 0.25}
 
 
+# The page's number and choice controls pass their value to the handler as it was sent. The handlers check every
+# value as the engine does (app_parts/settings.py, eagle2/inputs.py) and answer with the field, its limit and what
+# to do; Gradio's own checks would answer an API call with a message naming neither the field nor the fix, or
+# with a generic upstream error for a value of the wrong type. `is_template` draws each with its base's frontend.
+class CheckedSlider(gr.Slider):
+    is_template = True
+
+    def preprocess(self, payload: Any) -> Any:
+        return payload
+
+
+class CheckedNumber(gr.Number):
+    is_template = True
+
+    def preprocess(self, payload: Any) -> Any:
+        return payload
+
+
+class CheckedDropdown(gr.Dropdown):
+    is_template = True
+
+    def preprocess(self, payload: Any) -> Any:
+        return payload
+
+
+class CheckedRadio(gr.Radio):
+    is_template = True
+
+    def preprocess(self, payload: Any) -> Any:
+        return payload
+
+
+def _pace(choice: object) -> float:
+    """Seconds between Play's steps for a pace choice (2 steps a second for anything else)."""
+    return PACES.get(choice, 0.5) if isinstance(choice, str) else 0.5
+
+
 def _on_gpu(fn):
     """Run `fn` on a ZeroGPU slot when `spaces` is installed; unchanged otherwise."""
     return spaces.GPU(duration=GPU_SLOT_S)(fn) if spaces is not None else fn
@@ -67,7 +104,7 @@ def _controls(ui: SimpleNamespace) -> None:
     presets, d = load_presets(), DecodeConfig()
     names = list(presets)
     r = ui.req = {}
-    r["preset"] = gr.Dropdown(names, value=names[0], label="Model and draft head (operator presets)")
+    r["preset"] = CheckedDropdown(names, value=names[0], label="Model and draft head (operator presets)")
     ui.info = gr.Markdown(model_info(presets[names[0]], CACHE), elem_id="model-info")
     r["prompt"] = gr.Textbox(label="Prompt (the chat template is applied)", lines=4, max_lines=12,
                              max_length=MAX_PROMPT_CHARS, elem_id="prompt",
@@ -80,31 +117,33 @@ def _controls(ui: SimpleNamespace) -> None:
     gr.Examples([[e["prompt"]] for e in examples], inputs=[r["prompt"]], label="Examples",
                 example_labels=[f"{e['kind']}: {e['prompt'][:38]}…" for e in examples])
     with gr.Accordion("Decoding", open=True):
-        r["max_new_tokens"] = gr.Slider(LIMITS["max_new_tokens"][0], page_token_limit(), value=PAGE_MAX_NEW, step=1,
-                                        label=f"max new tokens (a Generate decodes for at most {_run_budget():g} s, "
-                                              "both passes together)", elem_id="max-new")
-        r["temperature"] = gr.Slider(*LIMITS["temperature"], value=d.temperature, step=0.05,
+        r["max_new_tokens"] = CheckedSlider(LIMITS["max_new_tokens"][0], page_token_limit(), value=PAGE_MAX_NEW,
+                                            step=1, elem_id="max-new",
+                                            label=f"max new tokens (a Generate decodes for at most {_run_budget():g} "
+                                                  "s, both passes together)")
+        r["temperature"] = CheckedSlider(*LIMITS["temperature"], value=d.temperature, step=0.05,
                                      label="temperature (0 = greedy)", elem_id="temperature")
-        r["top_p"] = gr.Slider(*LIMITS["top_p"], value=d.top_p, step=0.01, label="top-p", elem_id="top-p")
-        r["seed"] = gr.Number(value=d.seed, precision=0, minimum=0, label="seed", elem_id="seed")
+        r["top_p"] = CheckedSlider(*LIMITS["top_p"], value=d.top_p, step=0.01, label="top-p", elem_id="top-p")
+        r["seed"] = CheckedNumber(value=d.seed, precision=0, minimum=0, label="seed", elem_id="seed")
     with gr.Accordion("Tree sizes", open=True):
-        r["sizing"] = gr.Radio([(text, key) for key, text in SIZINGS.items()], value=default_sizing(),
+        r["sizing"] = CheckedRadio([(text, key) for key, text in SIZINGS.items()], value=default_sizing(),
                                label="compare the trees at", elem_id="sizing")
     with gr.Accordion("Dynamic tree (EAGLE-2)", open=True):
-        r["total_tokens"] = gr.Slider(*LIMITS["total_tokens"], value=d.total_tokens, step=1, elem_id="total",
+        r["total_tokens"] = CheckedSlider(*LIMITS["total_tokens"], value=d.total_tokens, step=1, elem_id="total",
                                       label="total tokens (verified per step, root included)")
-        r["depth"] = gr.Slider(*LIMITS["depth"], value=d.depth, step=1, label="depth", elem_id="depth")
-        r["top_k"] = gr.Slider(*LIMITS["top_k"], value=d.top_k, step=1, label="top-k", elem_id="top-k")
-        r["min_prob"] = gr.Slider(*LIMITS["min_prob"], value=d.min_prob, step=0.01, elem_id="min-prob",
+        r["depth"] = CheckedSlider(*LIMITS["depth"], value=d.depth, step=1, label="depth", elem_id="depth")
+        r["top_k"] = CheckedSlider(*LIMITS["top_k"], value=d.top_k, step=1, label="top-k", elem_id="top-k")
+        r["min_prob"] = CheckedSlider(*LIMITS["min_prob"], value=d.min_prob, step=0.01, elem_id="min-prob",
                                   label="confidence sizing (ours, eagle2_sized): keep only nodes at least this likely "
                                         "(cumulative draft probability; 0 = off, the paper's EAGLE-2)")
-        r["expand_prob"] = gr.Slider(*LIMITS["expand_prob"], value=d.expand_prob, step=0.01, elem_id="expand-prob",
+        r["expand_prob"] = CheckedSlider(*LIMITS["expand_prob"], value=d.expand_prob, step=0.01,
+                                         elem_id="expand-prob",
                                      label="confidence sizing (ours): expand only nodes at least this likely (0 = off)")
         r["lookup"] = gr.Checkbox(d.lookup, label=f"prompt-lookup branch (ours, eagle2_lookup): up to "
                                   f"{d.lookup_tokens} tokens copied from the text so far join the tree",
                                   elem_id="lookup")
     with gr.Accordion("Static tree (EAGLE-1)", open=True):
-        r["tree_choice"] = gr.Dropdown(tree_choices(), value=CUT, label="tree (with 'my settings below')",
+        r["tree_choice"] = CheckedDropdown(tree_choices(), value=CUT, label="tree (with 'my settings below')",
                                        elem_id="tree-choice")
         r["tree_json"] = gr.Textbox(CUSTOM_EXAMPLE, label="custom tree: JSON list of child-rank paths", lines=3,
                                     visible=False, elem_id="tree-json")
@@ -124,14 +163,15 @@ def _live_panel(ui: SimpleNamespace) -> None:
         ui.back_btn = gr.Button("◀ step back", size="sm", elem_id="step-back")
         ui.play_btn = gr.Button("▶ Play", size="sm", variant="secondary", elem_id="play")
         ui.fwd_btn = gr.Button("step forward ▶", size="sm", elem_id="step-forward")
-        ui.pace = gr.Radio(list(PACES), value="2 steps/s", show_label=False, container=False, elem_id="pace")
+        ui.pace = CheckedRadio(list(PACES), value="2 steps/s", show_label=False, container=False, elem_id="pace")
     ui.timer = gr.Timer(PACES["2 steps/s"], active=False)
     ui.trees, ui.sliders, ui.captions, ui.texts = {}, {}, {}, {}
     with gr.Row(equal_height=False):
         for m in TREE_METHODS:
             with gr.Column(min_width=380):
                 ui.trees[m] = gr.Plot(tree_view(Session(), m), show_label=False, elem_id=f"tree-{m}")
-                ui.sliders[m] = gr.Slider(0, 1, value=0, step=1, label=f"{LABELS[m]}: step", elem_id=f"step-{m}")
+                ui.sliders[m] = CheckedSlider(0, 1, value=0, step=1, label=f"{LABELS[m]}: step",
+                                              elem_id=f"step-{m}")
                 ui.captions[m] = gr.Markdown(elem_classes=["step-caption"])
                 ui.texts[m] = gr.HTML(text_view(Session(), m), elem_id=f"text-{m}", elem_classes=["out-text"])
     ui.latest_btn = gr.Button("Show the latest steps", size="sm")
@@ -143,7 +183,7 @@ def _live_panel(ui: SimpleNamespace) -> None:
                     "target's verdict. EAGLE-1's tree at the same step number goes through the same frames.")
         with gr.Row():
             ui.unfold_btn = gr.Button("Unfold the step shown", size="sm", elem_id="unfold-go")
-            ui.stage = gr.Slider(0, 1, value=0, step=1, label="frame", elem_id="unfold-stage")
+            ui.stage = CheckedSlider(0, 1, value=0, step=1, label="frame", elem_id="unfold-stage")
         with gr.Row(equal_height=False):
             ui.unfold_figs = {m: gr.Plot(show_label=False, elem_id=f"unfold-{m}") for m in TREE_METHODS}
         with gr.Row(equal_height=False):
@@ -186,7 +226,8 @@ def _workload(ui: SimpleNamespace) -> None:
     with gr.Row():
         ui.wl_file = gr.File(label="prompt file", file_types=[".jsonl", ".json"], type="filepath", elem_id="wl-file")
         with gr.Column():
-            ui.wl_max_new = gr.Slider(1, workload.MAX_NEW_TOKENS, value=32, step=1, label="max new tokens per prompt",
+            ui.wl_max_new = CheckedSlider(1, workload.MAX_NEW_TOKENS, value=32, step=1,
+                                          label="max new tokens per prompt",
                                       elem_id="wl-max-new")
             with gr.Row():
                 ui.wl_run = gr.Button("Diagnose", variant="primary", elem_id="wl-run")
@@ -253,7 +294,6 @@ def _generate_handler(ui: SimpleNamespace) -> Callable:
     @_on_gpu
     def on_generate(values: dict, show_pruned: bool, control: RunControl) -> Iterator[dict]:
         """Generate: the live pass draws both trees as they grow; the timed pass then times each method."""
-        values = {**values, "with_vanilla": bool(values.get("with_vanilla")), "lookup": bool(values.get("lookup"))}
         req = _request(values)
 
         def loader(preset: ModelPreset, say) -> Bundle:
@@ -322,7 +362,8 @@ def _on_load(ui: SimpleNamespace) -> Callable:
                 out[ui.info] = model_info(load_presets()[kept["preset"]], CACHE)
         said = "Opened from a link: the prompt and settings are filled in; press Generate." if kept else "Ready."
         if ignored:
-            said += " ⚠ The link's values that did not pass the page's checks were ignored: " + "; ".join(ignored) + "."
+            said += " ⚠ The link's values that did not pass the page's checks were ignored: " + "; ".join(ignored)
+            said += "."
         out[ui.status] = said
         return out
 
@@ -372,12 +413,12 @@ def _wire_steps(ui: SimpleNamespace) -> None:
 
     def toggle(s: Session, pace: str) -> dict:
         playing = playback.toggle(s)
-        return {ui.timer: gr.Timer(PACES.get(pace, 0.5), active=playing), ui.state: s,
+        return {ui.timer: gr.Timer(_pace(pace), active=playing), ui.state: s,
                 ui.play_btn: gr.update(value="⏸ Pause" if playing else "▶ Play")}
 
     ui.play_btn.click(toggle, [ui.state, ui.pace], [ui.timer, ui.state, ui.play_btn], api_name="play",
                       show_progress="hidden", concurrency_limit=None)
-    ui.pace.change(lambda pace: gr.Timer(PACES.get(pace, 0.5)), ui.pace, ui.timer, api_name=False,
+    ui.pace.change(lambda pace: gr.Timer(_pace(pace)), ui.pace, ui.timer, api_name=False,
                    show_progress="hidden")
 
     def tick(s: Session, p: bool) -> dict:

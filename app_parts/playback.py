@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
+from app_parts.actions import whole_step
 from app_parts.session import TREE_METHODS, Session
 from app_parts.views import label, session_caption, text_view, tree_view
 from viz import stage_names, unfold_figure, unfold_text
@@ -114,7 +115,7 @@ def unfold(session: Session | None, stage: float | None = None) -> Unfolded:
     k = session.unfold_step
     recs = {m: session.record(m, min(k, session.last_step(m))) if session.records(m) else None for m in TREE_METHODS}
     names = stage_names(recs["eagle2"], recs["eagle1"])
-    i = min(max(int(stage or 0), 0), len(names) - 1)
+    i = min(max(whole_step(stage), 0), len(names) - 1)
     return Unfolded(k, names, i,
                     {m: unfold_figure(recs[m], names[i], label(session, m)) for m in TREE_METHODS},
                     {m: unfold_text(recs[m], names[i], label(session, m)) for m in TREE_METHODS})

@@ -151,6 +151,8 @@ def configs(req: RunRequest, profile: dict | None = None) -> dict[str, DecodeCon
                   temperature=_number("temperature", req.temperature, float),
                   top_p=_number("top-p", req.top_p, float), seed=_number("seed", req.seed, int),
                   draft_tokens=size["draft_tokens"])
+    if not isinstance(req.with_vanilla, bool):
+        raise ValueError(f"also run plain decoding (with_vanilla) must be true or false, not {shown(req.with_vanilla)}")
     if not isinstance(req.lookup, bool):
         raise ValueError(f"prompt-lookup branch must be true or false, not {shown(req.lookup)}")
     floors = dict(min_prob=_number("keep floor", req.min_prob, float),
