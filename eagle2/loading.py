@@ -137,7 +137,9 @@ class Bundle:
     @property
     def head_kind(self) -> str:
         """"eagle3" for an EAGLE-3 head, "eagle1" for the EAGLE-1/2 layout (both papers' heads)."""
-        return getattr(self.head, "kind", "eagle1")
+        from .heads import head_kind
+
+        return head_kind(self.head)
 
     def describe(self) -> str:
         vocab = getattr(self.head, "draft_vocab", None)
