@@ -67,9 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     diagnose.add_parser(sub)
     try:
         from .train import cli as train_cli
+    except ImportError as e:  # a broken training import: say so when `train` is asked for, keep the rest working
+        broken = sub.add_parser("train", help=f"unavailable here: {e}")
+        broken.add_argument("rest", nargs=argparse.REMAINDER)
+        broken.set_defaults(func=lambda args, why=f"{e}": _unavailable("train", why))
+    else:
         train_cli.add_parser(sub)
-    except ImportError:
-        pass
 
     args = parser.parse_args(argv)
     try:
@@ -78,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _unavailable(command: str, why: str) -> None:
+    raise RuntimeError(f"`python -m eagle2 {command}` is unavailable: one of its modules failed to import ({why})")
 
 
 if __name__ == "__main__":

@@ -178,3 +178,14 @@ def test_every_tree_method_drafts_over_the_same_vocabulary():
     assert {c.draft_tokens for c in cfgs.values()} == {8192}
     assert (cfgs["eagle2_lookup"].total_tokens, cfgs["eagle2_lookup"].depth, cfgs["eagle2_lookup"].top_k) == (5, 3, 4)
     assert len(cfgs["eagle1"].tree) == 8 and cfgs["eagle2_sized"].total_tokens == 26  # untuned: the shared budget
+
+
+def test_a_broken_training_import_says_so_instead_of_dropping_the_command(monkeypatch, capsys):
+    import sys
+
+    from eagle2.__main__ import main
+
+    monkeypatch.setitem(sys.modules, "eagle2.train.cli", None)  # importing it now raises ImportError
+    assert main(["train", "eagle3", "--minutes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "python -m eagle2 train` is unavailable" in err and "eagle2.train.cli" in err
