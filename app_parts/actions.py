@@ -97,9 +97,9 @@ def load_trace(path: str | None, show_pruned: bool = True) -> Update:
         msg = f"could not load {shown(p.name)}: {e}"
         return Update(session=None, status=f"⚠ {msg}", error=msg)
     meta = session.meta
-    device = str(meta.get("device", "unknown model"))[:200]
+    device = (meta.device or "unknown model")[:200]
     info = (f"Replaying trace **{p.name}** (no model needed): recorded with {device}"
-            f"{', prompt: ' + repr(meta['prompt'][:80]) if isinstance(meta.get('prompt'), str) else ''}.")
+            f"{', prompt: ' + repr(meta.prompt[:80]) if meta.prompt else ''}.")
     try:
         u = full_update(session, f"Loaded trace {p.name}. Drag a step slider to see any step.", show_pruned,
                         done=True)

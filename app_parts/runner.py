@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
+from app_parts.meta import Costs, RunMeta, TimeLimit, Timing
 from app_parts.presets import ModelPreset, describe_preset, in_use, load_presets, repo_relative
 from app_parts.session import TREE_METHODS, RunControl, Session, bound_faded
 from app_parts.settings import MAX_PROMPT_CHARS, RunRequest, check_prompt, configs, settings_meta
@@ -161,7 +162,7 @@ def _timed_pass(session: Session, gens: dict[str, Iterator], control: RunControl
     """Decode every method a step each in turn, the first of each round rotating, timing only each method's own
     steps into `session.decode_s`; a status line at most every STATUS_EVERY_S. Returns (via StopIteration) the
     records per method; the page keeps showing the live pass's meanwhile. Methods still running when the
-    budget's share ran out (and not `complete`) are listed in session.meta["budget"]["cut"]."""
+    budget's share ran out (and not `complete`) are listed in session.meta.limit.cut."""
     active = list(gens)
     timed: dict[str, list] = {m: [] for m in active}
     session.decode_s = {m: 0.0 for m in active}
@@ -171,7 +172,7 @@ def _timed_pass(session: Session, gens: dict[str, Iterator], control: RunControl
         if budget and budget.over():
             for m in active:
                 if not complete(m, timed[m]):
-                    session.meta["budget"]["cut"][m] = round(share, 1)
+                    session.meta.limit.cut[m] = round(share, 1)
             break
         turn = active[rnd % len(active):] + active[:rnd % len(active)]
         rnd += 1
@@ -294,19 +295,21 @@ def _generate(req: RunRequest, get_bundle, show_pruned: bool, control: RunContro
         return
     preset, bundle, profile, cfgs, ids = ready
     session = Session(source="live")
-    session.meta = {"model": bundle.model_name, "head": repo_relative(bundle.head_name), "head_kind": bundle.head_kind,
-                    "device": repo_relative(bundle.describe()),
-                    "preset": preset.name, "prompt": req.prompt, "prompt_tokens": len(ids),
-                    "settings": settings_meta(cfgs, req), "created": time.strftime("%Y-%m-%d %H:%M:%S")}
+    session.meta = RunMeta(model=bundle.model_name, head=repo_relative(bundle.head_name), head_kind=bundle.head_kind,
+                           device=repo_relative(bundle.describe()), preset=preset.name, prompt=req.prompt,
+                           prompt_tokens=len(ids), settings=settings_meta(cfgs, req),
+                           created=time.strftime("%Y-%m-%d %H:%M:%S"))
     if profile:
-        session.meta["costs"] = {k: profile[k] for k in ("measured", "how", "verify_ms", "rest_ms") if k in profile}
+        session.meta.costs = Costs(measured=profile.get("measured", ""), how=profile.get("how", ""),
+                                   verify_ms={int(n): ms for n, ms in profile["verify_ms"].items()},
+                                   rest_ms={int(d): ms for d, ms in profile["rest_ms"].items()})
     sizes = {k: getattr(cfgs["eagle2"], k) for k in ("total_tokens", "depth", "top_k")}
     yield Update(session=session, status="Live pass…", model_info=in_use(bundle), sizes=sizes)
     methods = [*TREE_METHODS, *(["vanilla"] if req.with_vanilla else [])]
     budget = None
     if budget_s is not None:
         budget = Budget(budget_s, clock)
-        session.meta["budget"] = {"seconds": round(budget_s, 1), "cut": {}}
+        session.meta.limit = TimeLimit(seconds=round(budget_s, 1))
         budget.start(len(TREE_METHODS) / (len(TREE_METHODS) + len(methods)))
 
     def decodes(which) -> dict[str, Iterator]:
@@ -330,41 +333,40 @@ def _generate(req: RunRequest, get_bundle, show_pruned: bool, control: RunContro
         yield full_update(session, _stopped_status(session), show_pruned, done=True)
         return
     session.runs.update(timed)
-    session.meta["page_timing"] = {"decode_s": {m: round(t, 4) for m, t in session.decode_s.items()},
-                                   "passes": _passes_meta(session, live, live_cut)}
+    session.meta.timing = Timing(decode_s={m: round(t, 4) for m, t in session.decode_s.items()}, live_cut=live_cut,
+                                 same_tokens=_same_tokens(session, live))
     if profile:  # the profile against the steps this run has just timed
         check = check_profile(profile, session.records("eagle2"), cfgs["eagle2"].total_tokens)
         if check is not None:
-            session.meta["costs"]["check"] = check
+            session.meta.costs.check = check
             if not check["ok"] and profile_stale is not None:
                 profile_stale(preset, bundle)
     bound_faded(session)  # after the timed decodes: memory per visitor stays bounded
-    if session.meta.get("budget", {}).get("cut"):
+    if session.meta.limit and session.meta.limit.cut:
         status = _stopped_status(session, by_budget=True)
     else:
         status = _done_status(session)
     yield full_update(session, status + passes_note(session, problems_only=True), show_pruned, done=True)
 
 
-def _passes_meta(session: Session, live: dict[str, list[int]], live_cut: bool) -> dict:
-    """How the live pass's tokens compare with the timed pass's: per tree method, equal (as far as both went)
-    or the first token where they differ."""
-    out: dict = {"live_cut": bool(live_cut), "same_tokens": {}}
+def _same_tokens(session: Session, live: dict[str, list[int]]) -> dict[str, bool | int]:
+    """Per tree method, whether the live pass's tokens equal the timed pass's (as far as both went): True, or the
+    first token where they differ."""
+    out: dict[str, bool | int] = {}
     for m, a in live.items():
         b = _tokens(session.records(m))
-        n = min(len(a), len(b))
-        diff = next((i for i in range(n) if a[i] != b[i]), None)
-        out["same_tokens"][m] = True if diff is None else diff
+        diff = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), None)
+        out[m] = True if diff is None else diff
     return out
 
 
 def _stopped_status(session: Session, by_budget: bool = False) -> str:
     tokens = ", ".join(f"{label(session, m)} {len(_tokens(session.records(m)))} tokens" for m in session.runs)
     if by_budget:
-        b = session.meta["budget"]
-        cut = ", ".join(f"{label(session, m)}" for m in b["cut"])
-        share = next(iter(b["cut"].values()))
-        return (f"Stopped at the time limit: a Generate may decode for {b['seconds']:g} s, both passes together, "
+        b = session.meta.limit
+        cut = ", ".join(f"{label(session, m)}" for m in b.cut)
+        share = next(iter(b.cut.values()))
+        return (f"Stopped at the time limit: a Generate may decode for {b.seconds:g} s, both passes together, "
                 f"and the timed pass's {share:g} s ended {cut} early. Kept what was produced: {tokens}. Ask for "
                 "fewer tokens to see every method to the end.")
     return f"Stopped. Kept what was produced: {tokens}. Generate again at any time."

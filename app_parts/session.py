@@ -15,8 +15,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
+from app_parts.meta import RunMeta
 from app_parts.settings import env_seconds
 from eagle2.config import METHODS
 from eagle2.decode.records import PRUNED, SOURCES, UNEXPANDED, StepRecord, Trace
@@ -28,9 +28,6 @@ MAX_TRACE_BYTES = 200 * 1024 * 1024
 # Pruned and never-expanded draft nodes one session keeps (about 350 bytes each in memory, so about 7 MB): the
 # paper's tree drafts 510 a step, so a long run at its settings would otherwise keep tens of MB per visitor.
 MAX_FADED_NODES = 20_000
-# The shapes the page reads a trace's meta in (anything else in it is kept and never read).
-META_TYPES = {**{k: dict for k in ("settings", "page_timing", "budget", "costs")},
-              **{k: str for k in ("model", "head", "head_kind", "device", "preset", "prompt", "created")}}
 SESSION_TTL_S = 1800.0  # a session unused for this long is freed (EAGLE2_SESSION_TTL_S overrides)
 
 
@@ -44,7 +41,7 @@ class Session:
     """Per-visitor state: the records of the last run (or loaded trace) and the page's view of them."""
 
     runs: dict[str, list[StepRecord]] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: RunMeta = field(default_factory=RunMeta)
     follow: dict[str, bool] = field(default_factory=lambda: {m: True for m in TREE_METHODS})
     decode_s: dict[str, float] = field(default_factory=dict)  # wall time spent inside each decoder
     overhead_s: float = 0.0   # time spent building and sending views between decoder resumes
@@ -73,10 +70,7 @@ class Session:
 
     def dropped(self, method: str, step: int) -> int:
         """Pruned or never-expanded nodes of one step that `bound_faded` did not keep (0 when none)."""
-        by_method = self.meta.get("dropped")  # a loaded trace's meta may hold anything: read it with care
-        by_step = by_method.get(method) if isinstance(by_method, dict) else None
-        n = by_step.get(str(step), 0) if isinstance(by_step, dict) else 0
-        return n if isinstance(n, int) and n > 0 else 0
+        return self.meta.dropped.get(method, {}).get(str(step), 0)
 
 
 @dataclass
@@ -122,7 +116,7 @@ def release_freed_memory() -> None:
 def free_session(session: Session) -> None:
     """A session's state is being dropped (its lifetime ran out): empty it now and give its memory back."""
     session.runs.clear()
-    session.meta.clear()
+    session.meta = RunMeta()
     release_freed_memory()
 
 
@@ -141,7 +135,7 @@ def bound_faded(session: Session, limit: int | None = None) -> int:
     """Keep at most `limit` (MAX_FADED_NODES) pruned or never-expanded nodes: the oldest steps (of either tree) lose theirs
     first. Roots, verified nodes, verdicts and accepted paths all stay, and the relative order of the
     verified nodes too, so the text, the metrics and every analysis chart are unchanged; the steps that
-    lost nodes are listed in `session.meta["dropped"]` (step -> nodes dropped) for the page to say so.
+    lost nodes are listed in `session.meta.dropped` (step -> nodes dropped) for the page to say so.
     Returns the number of nodes dropped."""
     faded = [(r.step, m, i, len(r.nodes) - len(r.verified)) for m, recs in session.runs.items()
              for i, r in enumerate(recs) if len(r.nodes) > len(r.verified)]
@@ -154,9 +148,7 @@ def bound_faded(session: Session, limit: int | None = None) -> int:
         if trimmed is None:
             continue
         session.runs[m][i] = trimmed
-        book = session.meta.get("dropped")
-        if not isinstance(book, dict):  # a loaded trace's meta may hold anything there
-            book = session.meta["dropped"] = {}
+        book = session.meta.dropped
         if not isinstance(book.get(m), dict):
             book[m] = {}
         book[m][str(step)] = n
@@ -168,7 +160,7 @@ def export_trace(session: Session, directory: str | Path | None = None) -> Path:
     """Write the session's runs as a Trace JSON file and return its path; ValueError when there is nothing."""
     if not any(session.runs.values()):
         raise ValueError("there is no run to export yet: press Generate first")
-    trace = Trace(meta=dict(session.meta), runs={m: list(r) for m, r in session.runs.items() if r})
+    trace = Trace(meta=session.meta.to_dict(), runs={m: list(r) for m, r in session.runs.items() if r})
     folder = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="eagle2-trace-"))
     path = folder / f"eagle2-trace-{time.strftime('%Y%m%d-%H%M%S')}.json"
     return write_atomic(path, trace.to_json())  # a visitor never downloads half a trace
@@ -223,11 +215,7 @@ def import_trace(text: str | bytes, name: str = "trace") -> Session:
         except UnicodeDecodeError:
             raise ValueError("trace file is not UTF-8 text (is it a JSON trace?)") from None
     trace = Trace.from_json(text)
-    if not isinstance(trace.meta, dict):
-        raise ValueError("malformed trace: 'meta' is not an object")
-    for key, kind in META_TYPES.items():
-        if key in trace.meta and not isinstance(trace.meta[key], kind):
-            raise ValueError(f"malformed trace: meta '{key}' is not {'an object' if kind is dict else 'text'}")
+    meta = RunMeta.from_dict(trace.meta)  # checked once, here: the page then reads typed fields
     unknown = [m for m in trace.runs if m not in METHODS]
     if unknown:
         raise ValueError(f"trace has runs of unknown methods {shown(unknown)}; expected {', '.join(METHODS)}")
@@ -236,6 +224,6 @@ def import_trace(text: str | bytes, name: str = "trace") -> Session:
     for method, recs in trace.runs.items():
         for i, r in enumerate(recs):
             _check_record(method, i, r)
-    session = Session(runs={m: list(r) for m, r in trace.runs.items()}, meta=trace.meta, source=name)
+    session = Session(runs={m: list(r) for m, r in trace.runs.items()}, meta=meta, source=name)
     bound_faded(session)
     return session

@@ -21,7 +21,7 @@ LABELS = {"eagle2": "EAGLE-2 (dynamic tree)", "eagle1": "EAGLE-1 (static tree)",
 
 def label(session: Session, method: str) -> str:
     """A run's name as it ran: the EAGLE-2 column says when it was one of this project's variants."""
-    name = session.meta.get("settings", {}).get("eagle2_method", "eagle2") if method == "eagle2" else method
+    name = session.meta.settings.get("eagle2_method", "eagle2") if method == "eagle2" else method
     return LABELS[method] if name == "eagle2" else METHOD_LABELS.get(name, name)
 
 
@@ -59,8 +59,8 @@ def text_view(session: Session, method: str, highlight: int | None = None) -> st
 
 def _wall_s(session: Session) -> dict[str, float] | None:
     """Each method's decode wall time as the page measured it (None for traces recorded before it did)."""
-    timing = session.meta.get("page_timing", {}).get("decode_s")
-    return {m: float(t) for m, t in timing.items()} if isinstance(timing, dict) else None
+    timing = session.meta.timing
+    return dict(timing.decode_s) if timing and timing.decode_s else None
 
 
 def _vanilla_tps(session: Session) -> float | None:
@@ -74,7 +74,7 @@ def _same_output(session: Session, method: str) -> str:
     ref, recs = session.records("vanilla"), session.records(method)
     if not ref or not recs or method == "vanilla":
         return "—"
-    if session.meta.get("settings", {}).get("temperature", 0.0) != 0.0:
+    if not session.meta.greedy:
         return "sampled"
     a = [t for r in recs for t in r.new_tokens]
     b = [t for r in ref for t in r.new_tokens]
@@ -94,7 +94,7 @@ def metrics_markdown(session: Session) -> str:
     rows = metrics_rows(runs, _vanilla_tps(session), wall_s=wall)
     lines = ["| method | nodes a step | tokens | target forwards | mean accept length τ | tokens/s | speedup | "
              "same text as plain |", "|---|---:|---:|---:|---:|---:|---:|---|"]
-    settings = session.meta.get("settings", {})
+    settings = session.meta.settings
     budget = {"eagle2": (f"up to {settings['total_tokens']}" if settings.get("min_prob") or settings.get("expand_prob")
                          else settings.get("total_tokens", "—")),
               "eagle1": settings.get("static_nodes", len(settings.get("static_paths", [])) + 1), "vanilla": 1}
@@ -108,7 +108,7 @@ def metrics_markdown(session: Session) -> str:
            "meanwhile, the methods taking turns step by step so that none is favoured by its place, each timed as "
            "`python -m eagle2 bench` times it (its decode's own wall time, prefill included)" if wall else
            "from the engine's own phase timings (prefill included)")
-    note = (f"Tokens/s: {how}, measured on this machine {when} ({session.meta.get('device', 'setup unknown')}). "
+    note = (f"Tokens/s: {how}, measured on this machine {when} ({session.meta.device or 'setup unknown'}). "
             "Speedup = tokens/s over plain decoding of the same prompt in the same run.")
     if settings and budget["eagle2"] != budget["eagle1"]:
         note += " ⚠ The two trees did not share a node budget, so their τ is not a like-for-like comparison."
@@ -125,32 +125,29 @@ def metrics_markdown(session: Session) -> str:
 def _limits_note(session: Session) -> str:
     """What the page's bounds did to this run: methods the time limit cut, steps whose pruned nodes were dropped."""
     note = ""
-    limit = session.meta.get("budget")
-    if isinstance(limit, dict) and limit.get("cut"):
-        cut = ", ".join(f"{label(session, m)} after {s:g} s" for m, s in limit["cut"].items() if m in LABELS)
-        note += (f" ⏱ The time limit ({limit.get('seconds', '?')} s a Generate, both passes together) ended "
+    limit = session.meta.limit
+    if limit and limit.cut:
+        cut = ", ".join(f"{label(session, m)} after {s:g} s" for m, s in limit.cut.items() if m in LABELS)
+        note += (f" ⏱ The time limit ({limit.seconds:g} s a Generate, both passes together) ended "
                  f"{cut}: its output is kept, and its tokens/s counts only the tokens it made.")
     note += passes_note(session) + profile_note(session)
-    dropped = session.meta.get("dropped")
-    if isinstance(dropped, dict):
-        for m in TREE_METHODS:
-            steps = sorted(int(k) for k in (dropped.get(m) or {}) if str(k).isdigit())
-            if steps:
-                nodes = sum(session.dropped(m, k) for k in steps)
-                note += (f" To bound memory, {label(session, m)} steps {steps[0]}-{steps[-1]} keep their verified "
-                         f"trees only ({nodes:,} pruned nodes not kept; the newest steps keep theirs). The text, "
-                         "metrics and analysis are unchanged.")
+    for m in TREE_METHODS:
+        steps = sorted(int(k) for k in session.meta.dropped.get(m, {}))
+        if steps:
+            nodes = sum(session.dropped(m, k) for k in steps)
+            note += (f" To bound memory, {label(session, m)} steps {steps[0]}-{steps[-1]} keep their verified "
+                     f"trees only ({nodes:,} pruned nodes not kept; the newest steps keep theirs). The text, "
+                     "metrics and analysis are unchanged.")
     return note
 
 
 def profile_note(session: Session) -> str:
     """How this machine's profile, which sized the trees, compares with the verify cost this run timed."""
-    costs = session.meta.get("costs")
-    check = costs.get("check") if isinstance(costs, dict) else None
-    if not isinstance(check, dict) or not all(isinstance(check.get(k), (int, float))
-                                              for k in ("measured_ms", "predicted_ms", "rows", "ratio")):
+    costs = session.meta.costs
+    check = costs.check if costs else None
+    if not check:
         return ""
-    when = f" (measured {costs['measured']})" if isinstance(costs.get("measured"), str) else ""
+    when = f" (measured {costs.measured})" if costs.measured else ""
     said = (f" The machine profile that sized the trees{when} predicted {check['predicted_ms']:.1f} ms to verify "
             f"{check['rows']} rows; this run's median was {check['measured_ms']:.1f} ms")
     off = abs(check["ratio"] - 1)
@@ -161,16 +158,14 @@ def profile_note(session: Session) -> str:
 
 def passes_note(session: Session, problems_only: bool = False) -> str:
     """Whether the live pass (drawn) and the timed pass gave the same tokens, as the run recorded it."""
-    timing = session.meta.get("page_timing")
-    passes = timing.get("passes") if isinstance(timing, dict) else None
-    same = passes.get("same_tokens") if isinstance(passes, dict) else None
-    if not isinstance(same, dict) or not same:
+    same = session.meta.timing.same_tokens if session.meta.timing else None
+    if not same:
         return ""
     bad = {m: i for m, i in same.items() if i is not True and m in LABELS}
     if not bad:
         return "" if problems_only else " The live pass and the timed pass gave the same tokens."
     where = ", ".join(f"{label(session, m)} from token {i}" for m, i in bad.items())
-    greedy = session.meta.get("settings", {}).get("temperature", 0.0) == 0.0
+    greedy = session.meta.greedy
     return (f" ⚠ The live pass and the timed pass gave different tokens: {where}" +
             (". Under greedy decoding they must not: please report it." if greedy else "."))
 
@@ -184,9 +179,10 @@ def analysis_views(session: Session) -> tuple[go.Figure, ...]:
         fig = position_heatmap(session.records(m))
         fig.update_layout(title=dict(text=f"{label(session, m)}: acceptance by tree position"))
         heat.append(fig)
-    size = tree_size_figure(session.records("eagle2"), session.meta, session.records("eagle1"))
-    depth = int(session.meta.get("settings", {}).get("depth", 1) or 1)
-    costs = cost_figure(session.meta.get("costs"), runs, depth, {m: label(session, m) for m in runs})
+    meta = session.meta.to_dict()
+    size = tree_size_figure(session.records("eagle2"), meta, session.records("eagle1"))
+    depth = int(session.meta.settings.get("depth", 1) or 1)
+    costs = cost_figure(meta.get("costs"), runs, depth, {m: label(session, m) for m in runs})
     return calibration_figure(runs), heat[0], heat[1], accept_length_figure(runs), size, costs
 
 

@@ -45,7 +45,7 @@ def page_run(prompt: str, preset, max_new: int) -> tuple[dict, dict]:
     if final.error:
         raise RuntimeError(final.error)
     s = final.session
-    wall = s.meta["page_timing"]["decode_s"]
+    wall = s.meta.timing.decode_s
     out = {}
     for m in METHODS:
         recs = s.records(m)

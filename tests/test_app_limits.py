@@ -13,6 +13,7 @@ import pytest
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from app_parts import actions  # noqa: E402
+from app_parts.meta import RunMeta, TimeLimit  # noqa: E402
 from app_parts.presets import load_presets  # noqa: E402
 from app_parts.runner import Budget, generate  # noqa: E402
 from app_parts.session import (RunControl, Session, bound_faded, export_trace, free_session,  # noqa: E402
@@ -116,9 +117,9 @@ def test_the_live_pass_draws_step_k_beside_step_k_then_the_timed_pass_draws_noth
     last = updates[-1]
     assert last.done and last.error is None and last.trees and last.analysis and last.status.startswith("Done.")
     assert ran == {"eagle2": [12, 12], "eagle1": [12, 12], "vanilla": [12]}  # live pass: the trees only
-    timing = last.session.meta["page_timing"]
-    assert timing["decode_s"] == {"eagle2": 12.0, "eagle1": 12.0, "vanilla": 6.0}  # each method's own steps
-    assert timing["passes"]["same_tokens"] == {"eagle2": True, "eagle1": True}
+    timing = last.session.meta.timing
+    assert timing.decode_s == {"eagle2": 12.0, "eagle1": 12.0, "vanilla": 6.0}  # each method's own steps
+    assert timing.same_tokens == {"eagle2": True, "eagle1": True}
     assert "the same tokens" in last.metrics and "taking turns step by step" in last.metrics
 
 
@@ -128,7 +129,7 @@ def test_the_page_says_when_the_two_passes_disagree(monkeypatch):
                                  differ="eagle1")
     last = list(generate(RunRequest(prompt=PROMPT, preset=PRESET, max_new_tokens=22), lambda p, say=None: bundle,
                          clock=clock))[-1]
-    assert last.session.meta["page_timing"]["passes"]["same_tokens"] == {"eagle2": True, "eagle1": 3}
+    assert last.session.meta.timing.same_tokens == {"eagle2": True, "eagle1": 3}
     said = "⚠ The live pass and the timed pass gave different tokens: EAGLE-1 (static tree) from token 3. Under greedy"
     assert said in last.status and said in last.metrics
 
@@ -144,11 +145,11 @@ def test_the_time_limit_covers_both_passes_and_keeps_what_was_made(monkeypatch):
     assert last.done and last.error is None and last.trees and last.analysis
     s = last.session
     assert ran == {"eagle2": [8, 10], "eagle1": [8, 10], "vanilla": [10]}
-    assert s.meta["budget"] == {"seconds": 50.0, "cut": {"eagle2": 30.0, "eagle1": 30.0, "vanilla": 30.0}}
+    assert s.meta.limit == TimeLimit(seconds=50.0, cut={"eagle2": 30.0, "eagle1": 30.0, "vanilla": 30.0})
     assert [len(s.records(m)) for m in ("eagle2", "eagle1", "vanilla")] == [10, 10, 10]  # output kept
     assert last.status.startswith("Stopped at the time limit: a Generate may decode for 50 s, both passes together")
     assert "EAGLE-2 (dynamic tree) 19 tokens" in last.status
-    assert "The time limit (50.0 s a Generate, both passes together)" in last.metrics
+    assert "The time limit (50 s a Generate, both passes together)" in last.metrics
     assert "yes" in last.metrics  # the cut text is plain decoding's, as far as it goes
 
 
@@ -158,7 +159,7 @@ def test_without_a_time_limit_every_method_runs_to_the_end(monkeypatch):
     last = list(generate(RunRequest(prompt=PROMPT, preset=PRESET, max_new_tokens=22), lambda p, say=None: bundle,
                          clock=clock))[-1]
     assert ran == {"eagle2": [12, 12], "eagle1": [12, 12], "vanilla": [12]} and last.status.startswith("Done.")
-    assert "budget" not in last.session.meta and "time limit" not in last.metrics
+    assert last.session.meta.limit is None and "time limit" not in last.metrics
 
 
 def test_a_method_that_ends_exactly_at_its_deadline_is_not_called_cut(monkeypatch):
@@ -168,7 +169,7 @@ def test_a_method_that_ends_exactly_at_its_deadline_is_not_called_cut(monkeypatc
     last = list(generate(RunRequest(prompt=PROMPT, preset=PRESET, max_new_tokens=10), lambda p, say=None: bundle,
                          budget_s=30.0, clock=clock))[-1]
     assert ran == {"eagle2": [6, 6], "eagle1": [6, 6], "vanilla": [6]}
-    assert last.session.meta["budget"]["cut"] == {} and last.status.startswith("Done.")
+    assert last.session.meta.limit.cut == {} and last.status.startswith("Done.")
 
 
 def test_the_timed_pass_rotates_which_method_goes_first(monkeypatch):
@@ -258,16 +259,16 @@ def test_stop_during_a_run_also_empties_the_visitors_queue():
 
 def _session(steps: int = 6, faded: int = 3) -> Session:
     runs = {m: [_step(m, k, faded) for k in range(steps)] for m in ("eagle2", "eagle1")}
-    return Session(runs=runs, meta={"settings": {"temperature": 0.0, "total_tokens": 4}}, source="live")
+    return Session(runs=runs, meta=RunMeta(settings={"temperature": 0.0, "total_tokens": 4}), source="live")
 
 
 def test_a_session_keeps_a_bounded_number_of_pruned_nodes_the_newest_steps_first():
     s = _session()
     before = {m: [(r.nodes, r.verified, r.accepted) for r in s.runs[m]] for m in s.runs}
-    table = tree_size_table(s.records("eagle2"), s.meta, s.records("eagle1"))
-    assert bound_faded(s, limit=100) == 0 and "dropped" not in s.meta  # under the bound: nothing changes
+    table = tree_size_table(s.records("eagle2"), s.meta.to_dict(), s.records("eagle1"))
+    assert bound_faded(s, limit=100) == 0 and not s.meta.dropped  # under the bound: nothing changes
     assert bound_faded(s, limit=13) == 18  # 30 faded nodes; steps 1-3 of both trees lose theirs
-    assert s.meta["dropped"] == {m: {"1": 3, "2": 3, "3": 3} for m in ("eagle2", "eagle1")}
+    assert s.meta.dropped == {m: {"1": 3, "2": 3, "3": 3} for m in ("eagle2", "eagle1")}
     for m in s.runs:
         for r, (nodes, verified, accepted) in zip(s.runs[m], before[m]):
             assert [(n.token, n.status, n.verdict) for n in r.verified] == [(n.token, n.status, n.verdict)
@@ -275,7 +276,7 @@ def test_a_session_keeps_a_bounded_number_of_pruned_nodes_the_newest_steps_first
             assert [r.nodes[a].token for a in r.accepted] == [nodes[a].token for a in accepted]
             assert all(n.id == i and (n.parent < n.id) for i, n in enumerate(r.nodes))
             assert len(r.nodes) == (len(verified) if 1 <= r.step <= 3 else len(nodes))
-    assert tree_size_table(s.records("eagle2"), s.meta, s.records("eagle1")) == table  # the analysis is the same
+    assert tree_size_table(s.records("eagle2"), s.meta.to_dict(), s.records("eagle1")) == table  # the analysis is the same
     assert s.dropped("eagle2", 2) == 3 and s.dropped("eagle2", 4) == 0
     fig = tree_view(s, "eagle2", 2)
     assert "3 verified of 6 drafted (3 pruned not kept)" in fig.layout.title.text
@@ -290,15 +291,15 @@ def test_a_loaded_trace_is_bounded_too_and_says_so(tmp_path, monkeypatch):
     path = export_trace(_session(steps=8), tmp_path)
     monkeypatch.setattr(session, "MAX_FADED_NODES", 9)
     loaded = import_trace(path.read_text())  # 42 pruned nodes: the oldest 33 go, EAGLE-1's step 6 last
-    assert loaded.meta["dropped"]["eagle2"] == {str(k): 3 for k in range(1, 6)}
-    assert loaded.meta["dropped"]["eagle1"] == {str(k): 3 for k in range(1, 7)}
+    assert loaded.meta.dropped["eagle2"] == {str(k): 3 for k in range(1, 6)}
+    assert loaded.meta.dropped["eagle1"] == {str(k): 3 for k in range(1, 7)}
     (tmp_path / "again").mkdir()
     again = import_trace(export_trace(loaded, tmp_path / "again").read_text())  # re-exported: still says so
-    assert again.meta["dropped"] == loaded.meta["dropped"]
+    assert again.meta.dropped == loaded.meta.dropped
     bad = json.loads(path.read_text())
     bad["meta"]["dropped"] = "lots"
-    odd = import_trace(json.dumps(bad))
-    assert odd.dropped("eagle2", 1) == 3 and isinstance(odd.meta["dropped"], dict)
+    with pytest.raises(ValueError, match="meta 'dropped' is not an object"):  # checked once, at load
+        import_trace(json.dumps(bad))
 
 
 def test_an_empty_session_says_runs_are_freed(monkeypatch):
@@ -341,4 +342,4 @@ def test_the_page_wires_its_bounds(monkeypatch):
 def test_an_expired_session_is_emptied():
     s = _session()
     free_session(s)
-    assert s.runs == {} and s.meta == {} and "No run to show" in session_caption(s, "eagle2")
+    assert s.runs == {} and s.meta == RunMeta() and "No run to show" in session_caption(s, "eagle2")

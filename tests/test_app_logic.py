@@ -63,10 +63,10 @@ def test_run_draws_the_live_pass_then_times_each_method_undrawn(finished):
     tokens = {m: [t for r in s.runs[m] for t in r.new_tokens] for m in s.runs}
     assert tokens["eagle2"] == tokens["vanilla"] == tokens["eagle1"] and len(tokens["vanilla"]) == 12
     assert "plain decoding" in last.metrics and "1.00×" in last.metrics and "| yes |" in last.metrics
-    assert s.meta["prompt"] == PROMPT and s.meta["settings"]["total_tokens"] == 26 and "cpu" in s.meta["device"]
-    assert s.meta["settings"]["eagle2_method"] == "eagle2" and s.meta["settings"]["static_nodes"] == 26
+    assert s.meta.prompt == PROMPT and s.meta.settings["total_tokens"] == 26 and "cpu" in s.meta.device
+    assert s.meta.settings["eagle2_method"] == "eagle2" and s.meta.settings["static_nodes"] == 26
     # tokens/s is each decode's wall time, as the bench measures it, not the sum of the records' phases
-    wall = s.meta["page_timing"]["decode_s"]
+    wall = s.meta.timing.decode_s
     assert set(wall) == {"eagle2", "eagle1", "vanilla"} and all(t > 0 for t in wall.values())
     phases = sum(r.draft_ms + r.verify_ms + r.commit_ms for r in s.runs["eagle2"]) / 1e3
     assert phases <= wall["eagle2"]
@@ -96,7 +96,8 @@ def test_trace_export_import_round_trip(finished, tmp_path):
     replay = actions.load_trace(path)
     assert replay.error is None and replay.done and set(replay.trees) == {"eagle2", "eagle1"}
     r = replay.session
-    assert r.meta == json.loads(json.dumps(s.meta)) and r.source.endswith(".json")
+    assert r.meta == s.meta and r.meta.to_dict() == json.loads(json.dumps(s.meta.to_dict()))
+    assert r.source.endswith(".json")
     for m in s.runs:
         assert [x.to_dict() for x in r.runs[m]] == [x.to_dict() for x in s.runs[m]]
     fig, _, _ = actions.scrub(r, "eagle1", 1)
@@ -131,8 +132,8 @@ def test_sessions_do_not_share_state(finished, bundle):
     before = [len(first.records(m)) for m in first.runs]
     req = RunRequest(prompt="Say hi.", preset=PRESET, max_new_tokens=4, with_vanilla=False)
     other = list(generate(req, CACHE.get))[-1].session
-    assert other is not first and other.meta["prompt"] == "Say hi."
-    assert [len(first.records(m)) for m in first.runs] == before and first.meta["prompt"] == PROMPT
+    assert other is not first and other.meta.prompt == "Say hi."
+    assert [len(first.records(m)) for m in first.runs] == before and first.meta.prompt == PROMPT
 
 
 @pytest.mark.parametrize("change, words", [
@@ -333,9 +334,10 @@ def test_each_sizing_says_which_comparison_it_shows():
 
 
 def test_labels_name_the_variant_that_ran():
+    from app_parts.meta import RunMeta
     from app_parts.views import label
 
-    s = Session(meta={"settings": {"eagle2_method": "eagle2_sized_lookup"}})
+    s = Session(meta=RunMeta(settings={"eagle2_method": "eagle2_sized_lookup"}))
     assert label(s, "eagle2") == "EAGLE-2 + confidence sizing + prompt-lookup branch (ours)"
     assert label(Session(), "eagle2") == "EAGLE-2 (dynamic tree)" and label(s, "eagle1") == "EAGLE-1 (static tree)"
 

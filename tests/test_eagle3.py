@@ -242,7 +242,7 @@ def test_the_page_runs_an_eagle3_head_and_says_so(embedded):
     last = list(generate(req, lambda preset, say=None: bundle))[-1]
     assert last.error is None and set(last.trees) == {"eagle2", "eagle1"}
     s = last.session
-    assert s.meta["head_kind"] == "eagle3" and "head EAGLE-3 an untrained EAGLE-3 head" in s.meta["device"]
+    assert s.meta.head_kind == "eagle3" and "head EAGLE-3 an untrained EAGLE-3 head" in s.meta.device
     tokens = {m: [t for r in s.runs[m] for t in r.new_tokens] for m in s.runs}
     assert tokens["eagle2"] == tokens["vanilla"] == tokens["eagle1"] and len(tokens["vanilla"]) == 8
 

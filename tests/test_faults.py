@@ -113,19 +113,21 @@ def test_an_exported_trace_killed_mid_write_leaves_no_file(tmp_path):
     out = tmp_path / "traces"
     out.mkdir()
     _killed_at_the_rename(tmp_path, f"""
+        from app_parts.meta import RunMeta
         from app_parts.session import Session, export_trace
         from tests.test_fuzz import _trace
         from eagle2.decode.records import Trace
         t = Trace.from_json(__import__("json").dumps(_trace()))
-        export_trace(Session(runs=t.runs, meta=t.meta), {str(out)!r})
+        export_trace(Session(runs=t.runs, meta=RunMeta.from_dict(t.meta)), {str(out)!r})
     """)
     assert not list(out.glob("eagle2-trace-*.json")), "no half-written trace for a visitor to download"
+    from app_parts.meta import RunMeta
     from app_parts.session import Session, export_trace, import_trace
     from tests.test_fuzz import _trace
     from eagle2.decode.records import Trace
 
     t = Trace.from_json(json.dumps(_trace()))
-    path = export_trace(Session(runs=t.runs, meta=t.meta), out)  # the next export works, whole
+    path = export_trace(Session(runs=t.runs, meta=RunMeta.from_dict(t.meta)), out)  # the next export works, whole
     assert import_trace(path.read_text()).runs["eagle2"][0].step == 0
 
 
