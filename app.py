@@ -46,38 +46,6 @@ GPU_SLOT_S = 180  # a ZeroGPU slot for one Generate: loading, both passes within
 PACES = {"1 step/s": 1.0, "2 steps/s": 0.5, "4 steps/s": 0.25}
 
 
-# The page's number and choice controls pass their value to the handler as it was sent. The handlers check every
-# value as the engine does (app_parts/settings.py, eagle2/inputs.py) and answer with the field, its limit and what
-# to do; Gradio's own checks would answer an API call with a message naming neither the field nor the fix, or
-# with a generic upstream error for a value of the wrong type. `is_template` draws each with its base's frontend.
-class CheckedSlider(gr.Slider):
-    is_template = True
-
-    def preprocess(self, payload: Any) -> Any:
-        return payload
-
-
-class CheckedNumber(gr.Number):
-    is_template = True
-
-    def preprocess(self, payload: Any) -> Any:
-        return payload
-
-
-class CheckedDropdown(gr.Dropdown):
-    is_template = True
-
-    def preprocess(self, payload: Any) -> Any:
-        return payload
-
-
-class CheckedRadio(gr.Radio):
-    is_template = True
-
-    def preprocess(self, payload: Any) -> Any:
-        return payload
-
-
 def _pace(choice: object) -> float:
     """Seconds between Play's steps for a pace choice (2 steps a second for anything else)."""
     return PACES.get(choice, 0.5) if isinstance(choice, str) else 0.5
@@ -104,7 +72,7 @@ def _controls(ui: SimpleNamespace) -> None:
     presets, d = load_presets(), DecodeConfig()
     names = list(presets)
     r = ui.req = {}
-    r["preset"] = CheckedDropdown(names, value=names[0], label="Model and draft head (operator presets)")
+    r["preset"] = gr.Dropdown(names, value=names[0], label="Model and draft head (operator presets)")
     ui.info = gr.Markdown(model_info(presets[names[0]], CACHE), elem_id="model-info")
     r["prompt"] = gr.Textbox(label="Prompt (the chat template is applied)", lines=4, max_lines=12,
                              max_length=MAX_PROMPT_CHARS, elem_id="prompt",
@@ -117,33 +85,33 @@ def _controls(ui: SimpleNamespace) -> None:
     gr.Examples([[e["prompt"]] for e in examples], inputs=[r["prompt"]], label="Examples",
                 example_labels=[f"{e['kind']}: {e['prompt'][:38]}…" for e in examples])
     with gr.Accordion("Decoding", open=True):
-        r["max_new_tokens"] = CheckedSlider(LIMITS["max_new_tokens"][0], page_token_limit(), value=PAGE_MAX_NEW,
+        r["max_new_tokens"] = gr.Slider(LIMITS["max_new_tokens"][0], page_token_limit(), value=PAGE_MAX_NEW,
                                             step=1, elem_id="max-new",
                                             label=f"max new tokens (a Generate decodes for at most {_run_budget():g} "
                                                   "s, both passes together)")
-        r["temperature"] = CheckedSlider(*LIMITS["temperature"], value=d.temperature, step=0.05,
+        r["temperature"] = gr.Slider(*LIMITS["temperature"], value=d.temperature, step=0.05,
                                      label="temperature (0 = greedy)", elem_id="temperature")
-        r["top_p"] = CheckedSlider(*LIMITS["top_p"], value=d.top_p, step=0.01, label="top-p", elem_id="top-p")
-        r["seed"] = CheckedNumber(value=d.seed, precision=0, minimum=0, label="seed", elem_id="seed")
+        r["top_p"] = gr.Slider(*LIMITS["top_p"], value=d.top_p, step=0.01, label="top-p", elem_id="top-p")
+        r["seed"] = gr.Number(value=d.seed, precision=0, minimum=0, label="seed", elem_id="seed")
     with gr.Accordion("Tree sizes", open=True):
-        r["sizing"] = CheckedRadio([(text, key) for key, text in SIZINGS.items()], value=default_sizing(),
+        r["sizing"] = gr.Radio([(text, key) for key, text in SIZINGS.items()], value=default_sizing(),
                                label="compare the trees at", elem_id="sizing")
     with gr.Accordion("Dynamic tree (EAGLE-2)", open=True):
-        r["total_tokens"] = CheckedSlider(*LIMITS["total_tokens"], value=d.total_tokens, step=1, elem_id="total",
+        r["total_tokens"] = gr.Slider(*LIMITS["total_tokens"], value=d.total_tokens, step=1, elem_id="total",
                                       label="total tokens (verified per step, root included)")
-        r["depth"] = CheckedSlider(*LIMITS["depth"], value=d.depth, step=1, label="depth", elem_id="depth")
-        r["top_k"] = CheckedSlider(*LIMITS["top_k"], value=d.top_k, step=1, label="top-k", elem_id="top-k")
-        r["min_prob"] = CheckedSlider(*LIMITS["min_prob"], value=d.min_prob, step=0.01, elem_id="min-prob",
+        r["depth"] = gr.Slider(*LIMITS["depth"], value=d.depth, step=1, label="depth", elem_id="depth")
+        r["top_k"] = gr.Slider(*LIMITS["top_k"], value=d.top_k, step=1, label="top-k", elem_id="top-k")
+        r["min_prob"] = gr.Slider(*LIMITS["min_prob"], value=d.min_prob, step=0.01, elem_id="min-prob",
                                   label="confidence sizing (ours, eagle2_sized): keep only nodes at least this likely "
                                         "(cumulative draft probability; 0 = off, the paper's EAGLE-2)")
-        r["expand_prob"] = CheckedSlider(*LIMITS["expand_prob"], value=d.expand_prob, step=0.01,
+        r["expand_prob"] = gr.Slider(*LIMITS["expand_prob"], value=d.expand_prob, step=0.01,
                                          elem_id="expand-prob",
                                      label="confidence sizing (ours): expand only nodes at least this likely (0 = off)")
         r["lookup"] = gr.Checkbox(d.lookup, label=f"prompt-lookup branch (ours, eagle2_lookup): up to "
                                   f"{d.lookup_tokens} tokens copied from the text so far join the tree",
                                   elem_id="lookup")
     with gr.Accordion("Static tree (EAGLE-1)", open=True):
-        r["tree_choice"] = CheckedDropdown(tree_choices(), value=CUT, label="tree (with 'my settings below')",
+        r["tree_choice"] = gr.Dropdown(tree_choices(), value=CUT, label="tree (with 'my settings below')",
                                        elem_id="tree-choice")
         r["tree_json"] = gr.Textbox(CUSTOM_EXAMPLE, label="custom tree: JSON list of child-rank paths", lines=3,
                                     visible=False, elem_id="tree-json")
@@ -163,14 +131,14 @@ def _live_panel(ui: SimpleNamespace) -> None:
         ui.back_btn = gr.Button("◀ step back", size="sm", elem_id="step-back")
         ui.play_btn = gr.Button("▶ Play", size="sm", variant="secondary", elem_id="play")
         ui.fwd_btn = gr.Button("step forward ▶", size="sm", elem_id="step-forward")
-        ui.pace = CheckedRadio(list(PACES), value="2 steps/s", show_label=False, container=False, elem_id="pace")
+        ui.pace = gr.Radio(list(PACES), value="2 steps/s", show_label=False, container=False, elem_id="pace")
     ui.timer = gr.Timer(PACES["2 steps/s"], active=False)
     ui.trees, ui.sliders, ui.captions, ui.texts = {}, {}, {}, {}
     with gr.Row(equal_height=False):
         for m in TREE_METHODS:
             with gr.Column(min_width=380):
                 ui.trees[m] = gr.Plot(tree_view(Session(), m), show_label=False, elem_id=f"tree-{m}")
-                ui.sliders[m] = CheckedSlider(0, 1, value=0, step=1, label=f"{LABELS[m]}: step",
+                ui.sliders[m] = gr.Slider(0, 1, value=0, step=1, label=f"{LABELS[m]}: step",
                                               elem_id=f"step-{m}")
                 ui.captions[m] = gr.Markdown(elem_classes=["step-caption"])
                 ui.texts[m] = gr.HTML(text_view(Session(), m), elem_id=f"text-{m}", elem_classes=["out-text"])
@@ -183,7 +151,7 @@ def _live_panel(ui: SimpleNamespace) -> None:
                     "target's verdict. EAGLE-1's tree at the same step number goes through the same frames.")
         with gr.Row():
             ui.unfold_btn = gr.Button("Unfold the step shown", size="sm", elem_id="unfold-go")
-            ui.stage = CheckedSlider(0, 1, value=0, step=1, label="frame", elem_id="unfold-stage")
+            ui.stage = gr.Slider(0, 1, value=0, step=1, label="frame", elem_id="unfold-stage")
         with gr.Row(equal_height=False):
             ui.unfold_figs = {m: gr.Plot(show_label=False, elem_id=f"unfold-{m}") for m in TREE_METHODS}
         with gr.Row(equal_height=False):
@@ -226,7 +194,7 @@ def _workload(ui: SimpleNamespace) -> None:
     with gr.Row():
         ui.wl_file = gr.File(label="prompt file", file_types=[".jsonl", ".json"], type="filepath", elem_id="wl-file")
         with gr.Column():
-            ui.wl_max_new = CheckedSlider(1, workload.MAX_NEW_TOKENS, value=32, step=1,
+            ui.wl_max_new = gr.Slider(1, workload.MAX_NEW_TOKENS, value=32, step=1,
                                           label="max new tokens per prompt",
                                       elem_id="wl-max-new")
             with gr.Row():
@@ -379,13 +347,17 @@ def _wire_generate(ui: SimpleNamespace) -> None:
     # One decode at a time on the shared model: both triggers share a queue; other sessions wait their turn.
     # A click first counts the run as waiting (unqueued, instant), so that Stop can take it out of the queue.
     # Progress shows on the status line only ("minimal": the queue's place and estimate, no overlay elsewhere).
+    # preprocess=False (here and on every API endpoint that takes a control's value): the handler gets each value
+    # as it was sent and checks it as the engine does (app_parts/settings.py, eagle2/inputs.py), answering with
+    # the field, its limit and what to do; Gradio's own checks would answer an API call with a message naming
+    # neither the field nor the fix, or a generic upstream error for a value of the wrong type.
     for trigger, api in ((ui.run_btn.click, "generate"), (ui.req["prompt"].submit, False)):
         trigger(lambda: {ui.timer: gr.Timer(active=False), ui.play_btn: gr.update(value="▶ Play")}, None,
                 [ui.timer, ui.play_btn], queue=False, api_name=False,
                 show_progress="hidden").then(
             actions.enqueue, ui.control, ui.status, queue=False, api_name=False, show_progress="hidden").then(
             handler, inputs, outputs, api_name=api, show_progress="minimal", show_progress_on=[ui.status],
-            concurrency_id="decode", concurrency_limit=1)
+            preprocess=False, concurrency_id="decode", concurrency_limit=1)
     # Stop flips this visitor's RunControl; the run ends after its current step and draws what it made.
     ui.stop_btn.click(actions.request_stop, ui.control, ui.status, api_name="stop", concurrency_limit=None,
                       show_progress="hidden")
@@ -406,17 +378,18 @@ def _wire_steps(ui: SimpleNamespace) -> None:
         ui.sliders[m].release(lambda s, v, p, m=m: (*actions.scrub(s, m, v, p), s),
                               [ui.state, ui.sliders[m], ui.show_pruned],
                               [ui.trees[m], ui.texts[m], ui.captions[m], ui.state], api_name=f"scrub_{m}",
+                              preprocess=False,
                               show_progress="hidden")
     for btn, delta, api in ((ui.back_btn, -1, "step_back"), (ui.fwd_btn, 1, "step_forward")):
         btn.click(lambda s, p, d=delta: step_views(*playback.move(s, d, p)), [ui.state, ui.show_pruned], step_out,
-                  api_name=api, show_progress="hidden", concurrency_limit=None)
+                  api_name=api, show_progress="hidden", concurrency_limit=None, preprocess=False)
 
     def toggle(s: Session, pace: str) -> dict:
         playing = playback.toggle(s)
         return {ui.timer: gr.Timer(_pace(pace), active=playing), ui.state: s,
                 ui.play_btn: gr.update(value="⏸ Pause" if playing else "▶ Play")}
 
-    ui.play_btn.click(toggle, [ui.state, ui.pace], [ui.timer, ui.state, ui.play_btn], api_name="play",
+    ui.play_btn.click(toggle, [ui.state, ui.pace], [ui.timer, ui.state, ui.play_btn], api_name="play", preprocess=False,
                       show_progress="hidden", concurrency_limit=None)
     ui.pace.change(lambda pace: gr.Timer(_pace(pace)), ui.pace, ui.timer, api_name=False,
                    show_progress="hidden")
@@ -441,6 +414,7 @@ def _wire_steps(ui: SimpleNamespace) -> None:
     unfold_out = [ui.stage, ui.state, *ui.unfold_figs.values(), *ui.unfold_texts.values()]
     ui.unfold_btn.click(lambda s: unfold(s, 0, True), ui.state, unfold_out, api_name="unfold", show_progress="hidden")
     ui.stage.release(lambda s, v: unfold(s, v, False), [ui.state, ui.stage], unfold_out, api_name="unfold_stage",
+                     preprocess=False,
                      show_progress="hidden")
 
 
@@ -474,7 +448,8 @@ def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
         w.change(_flags, [r["preset"], r["depth"], r["top_k"], r["total_tokens"]], ui.flags, api_name=False,
                  show_progress="hidden")
     ui.link_btn.click(_by_name(lambda values: gr.update(value=link_query(_request(values)), visible=True), LINKED),
-                      [r[k] for k in LINKED], ui.link, api_name="link", show_progress="hidden").then(
+                      [r[k] for k in LINKED], ui.link, api_name="link", show_progress="hidden",
+                      preprocess=False).then(
         None, ui.link, ui.link, api_name=False, js="(q) => { const u = window.location.origin + "
         "window.location.pathname + '?' + q; if (navigator.clipboard) { navigator.clipboard.writeText(u)"
         ".catch(() => {}); } return u; }")
@@ -487,12 +462,14 @@ def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
 def _wire_workload(ui: SimpleNamespace) -> None:
     """The workload tab's Diagnose and Stop."""
     @_on_gpu
-    def on_diagnose(path: str | None, max_new_tokens: float, preset_name: str, control: RunControl,
+    def on_diagnose(path: object, max_new_tokens: object, preset_name: object, control: RunControl,
                     progress=gr.Progress()) -> Iterator[list]:
         """Diagnose: decode the uploaded prompts, then show the curves, positions, summary, settings and files."""
         def report(fraction: float, message: str) -> None:
             progress(fraction, desc=message)
 
+        if isinstance(path, dict):  # the upload as sent (this event takes raw values): its path on the server
+            path = path.get("path")
         for u in workload.diagnose(path, max_new_tokens, preset_name, lambda p: CACHE.get(p, report),
                                    lambda p, b: CACHE.profile(p, b, report), control):
             if u.error:
@@ -503,6 +480,7 @@ def _wire_workload(ui: SimpleNamespace) -> None:
     ui.wl_run.click(on_diagnose, [ui.wl_file, ui.wl_max_new, ui.req["preset"], ui.wl_control],
                     [ui.wl_status, ui.wl_curves, ui.wl_positions, ui.wl_summary, ui.wl_flags, ui.wl_files],
                     api_name="diagnose", concurrency_id="decode", concurrency_limit=1, show_progress="minimal",
+                    preprocess=False,
                     show_progress_on=[ui.wl_status])
     ui.wl_stop.click(actions.request_stop, ui.wl_control, ui.wl_status, api_name=False, concurrency_limit=None,
                      show_progress="hidden")

@@ -109,7 +109,7 @@ def test_the_page_offers_operator_presets_only():
     assert len(boxes) >= 2  # the prompt and the custom tree: the scan found the page's text boxes
     for call in boxes:  # each whole call, nested parentheses and all
         assert not re.search(r"\b(model|head)\b", call, flags=re.I), call
-    dropdown = _call_text(text, re.search(r'r\["preset"\] = CheckedDropdown\(', text).end() - 1)
+    dropdown = _call_text(text, re.search(r'r\["preset"\] = gr\.Dropdown\(', text).end() - 1)
     assert "names" in dropdown and "names = list(presets)" in text  # its choices are the presets' names
 
 
