@@ -338,6 +338,17 @@ def label(o: Option) -> str:
             f"{o.expand_prob:g}, depth up to {o.depth}{vocab}")
 
 
+def near_ties(tuning: Tuning, method: str, margin: float = MARGIN) -> list[dict]:
+    """The other options predicted within `margin` of the fastest for `method`: the sizes a second run on the same
+    machine may choose instead, since near the top the predictions differ by less than their error. Each with
+    its label, predicted tokens/s and its share of the chosen option's."""
+    best = tuning.chosen[method]
+    fastest = max(o.tokens_per_s for o in tuning.options[method])
+    return [{"option": label(o), "tokens_per_s": round(o.tokens_per_s, 2),
+             "vs_chosen": round(o.tokens_per_s / best.tokens_per_s, 3)}
+            for o in tuning.options[method] if o != best and o.tokens_per_s >= (1 - margin) * fastest]
+
+
 def describe(tuning: Tuning, top: int = 4) -> str:
     """Per tuned method, its choice and the fastest predicted options (the chosen one marked)."""
     rows = [f"tuned for this machine, each method for itself (the fewest nodes within {MARGIN:.0%} of the "
@@ -349,6 +360,10 @@ def describe(tuning: Tuning, top: int = 4) -> str:
         rows += [f"  tau {o.tau:.2f}  {o.step_ms:6.1f} ms  {o.tokens_per_s:5.1f} tok/s  {label(o)}"
                  f"{'  <- chosen' if o == best else ''}"
                  for o in opts[:max(top, opts.index(best) + 1)]]
+        ties = near_ties(tuning, m)
+        rows.append(f"  {len(ties)} other option(s) within {MARGIN:.0%} of the fastest: a second run on this machine "
+                    "may choose among them" if ties else
+                    f"  no other option within {MARGIN:.0%} of the fastest: the choice is clear of the noise")
     return "\n".join(rows)
 
 

@@ -44,13 +44,16 @@ def prepare(args: argparse.Namespace, methods: list[str]) -> tuple[Shared, bool]
 
 
 def tune_shared(args: argparse.Namespace, bundle, methods: list[str], shared: Shared) -> tuple[Shared, dict]:
-    """--total-tokens auto: tune each method for itself on this machine; returns the settings and a summary."""
-    from .autotune import describe, tune_for
+    """--total-tokens auto: tune each method for itself on this machine; returns the settings and a summary: every
+    option per method, and under "near_ties" the options each method's choice was within the tuner's margin of
+    (a second run may choose one of those)."""
+    from .autotune import describe, near_ties, tune_for
 
     tuning, shared = tune_for(bundle, methods, shared, progress=lambda m: print(m, file=sys.stderr),
                               draft_tokens=args.draft_tokens)
     print(describe(tuning), file=sys.stderr)
-    return shared, {m: [o.to_dict() for o in opts] for m, opts in tuning.options.items()}
+    ties = {m: near_ties(tuning, m) for m in tuning.chosen}
+    return shared, {**{m: [o.to_dict() for o in opts] for m, opts in tuning.options.items()}, "near_ties": ties}
 
 
 def decode_args(p: argparse.ArgumentParser) -> None:
