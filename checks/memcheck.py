@@ -45,7 +45,7 @@ def measure(bundle, runs: int, max_new_tokens: int, prompt: str = PROMPT, with_v
     for i in range(runs):
         t0 = time.perf_counter()
         last = None
-        for u in generate(req, lambda _p: bundle):
+        for u in generate(req, lambda _p, _say=None: bundle):
             last = u
         if last is None or last.session is None:
             raise RuntimeError(f"run {i + 1} produced no session: {last.status if last else 'no update'}")
