@@ -266,8 +266,9 @@ def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", k
             plan = cpu.KernelPlan()
         cpu.use_tree_sdpa(target)  # on CUDA a masked grouped-head SDPA falls back to the slow math kernel
         cpu.use_tree_sdpa(h)
+    lean = cpu.swap_layers(target) if dev.type == "cpu" and kernels != "torch" else 0
     int8_rows = head_dtype == "int8"
-    kernels = plan.describe()
+    kernels = plan.describe() + ("; lean Llama layers" if lean else "")
     if dev.type == "cpu" and cpu.row_kernel_failure():  # the line says which kernels run, and why not ours
         kernels += f"; row kernel off: {cpu.row_kernel_failure()}"
     return Bundle(target=target, tokenizer=tok, head=h, device=dev, dtype=dtype,

@@ -144,3 +144,51 @@ def test_a_fast_layer_stays_right_after_to(int8_rows):
             x = torch.randn(rows, 32)
             tol = 0.02 if int8_rows else 1e-5  # int8 rows round each weight to 1/254 of its row's largest
             torch.testing.assert_close(lin(x), stock(x), atol=tol, rtol=tol)
+
+
+def _tree_steps(model, steps=((1, None), (4, [-1, 0, 0, 1]), (1, None), (3, [-1, 0, 1]))):
+    """Hidden states (and every layer's) of a prefill then tree and one-row steps on one cache, as the engine
+    feeds the target: an additive 4D mask and explicit positions for a tree."""
+    from eagle2.decode.cache import new_cache
+    from eagle2.decode.tree import tree_inputs
+
+    torch.manual_seed(3)
+    cache, out = new_cache(model.config), []
+    with torch.inference_mode():
+        ids = torch.randint(0, model.config.vocab_size, (1, 9))
+        r = model.model(input_ids=ids, cache=cache, use_cache=True, output_hidden_states=True)
+        out += [r.last_hidden_state, *r.hidden_states]
+        for n, parents in steps:
+            ids = torch.randint(0, model.config.vocab_size, (1, n))
+            extra = {}
+            if parents:
+                ti = tree_inputs(parents, cache.get_seq_length(), torch.float32, torch.device("cpu"))
+                extra = dict(attention_mask=ti.mask, position_ids=ti.position_ids)
+            r = model.model(input_ids=ids, cache=cache, use_cache=True, output_hidden_states=True, **extra)
+            out += [r.last_hidden_state, *r.hidden_states]
+    return out
+
+
+def test_lean_layers_compute_the_stock_layers_numbers_bit_for_bit():
+    stock = tiny_target(vocab=32, std=0.5)
+    lean = copy.deepcopy(stock)
+    assert cpu.swap_layers(lean) == 2 and all(type(l) is cpu.LeanLlamaLayer for l in lean.model.layers)
+    assert lean.state_dict().keys() == stock.state_dict().keys()  # the same weights under the same names
+    assert "LeanLlamaLayer" in repr(lean)
+    a, b = _tree_steps(stock), _tree_steps(lean)
+    assert len(a) == len(b) == 5 * 4  # last hidden state and every layer's (hidden states are still recorded)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    # autograd goes through the stock forward: training sees transformers' own layer
+    x = torch.randn(1, 3, 64, requires_grad=True)
+    pos = lean.model.rotary_emb(x, torch.arange(3)[None])
+    lean.model.layers[0](x, position_embeddings=pos).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+def test_a_heads_trimmed_layer_and_other_dtypes_are_left_alone():
+    from eagle2.heads.eagle import new_head
+
+    target = tiny_target()
+    head = new_head(target, seed=1)
+    assert cpu.swap_layers(head) == 0  # its layer has no input norm: not a stock layer
+    assert cpu.swap_layers(copy.deepcopy(target).to(torch.float64)) == 0

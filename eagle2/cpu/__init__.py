@@ -1,7 +1,8 @@
 """Faster CPU kernels, swapped in at load through one entry point; the engine imports none of this.
 
 `accelerate(model, plan)` replaces every float32 `nn.Linear` of a model with a `FastLinear` (the module tree
-shows it); `draft_linear` and `exact_greedy` give the decoder the layer that scores the draft's lm_head rows
+shows it); `swap_layers(model)` its stock Llama decoder layers with `LeanLlamaLayer`s (the same operations, less
+Python); `draft_linear` and `exact_greedy` give the decoder the layer that scores the draft's lm_head rows
 and the target's argmax, which it takes as plain callables. `plan_for` chooses the kernels once per machine.
 """
 from __future__ import annotations
@@ -12,13 +13,14 @@ import torch
 
 from .argmax import GreedyTokens
 from .attention import use_tree_sdpa
+from .layer import LeanLlamaLayer, swap_layers
 from .linear import FastLinear
 from .onednn import available
 from .plan import KERNELS, KernelPlan, plan_for
 from .rows import failure as row_kernel_failure
 
-__all__ = ["KERNELS", "FastLinear", "KernelPlan", "accelerate", "draft_linear", "exact_greedy", "plan_for",
-           "row_kernel_failure", "use_tree_sdpa"]
+__all__ = ["KERNELS", "FastLinear", "KernelPlan", "LeanLlamaLayer", "accelerate", "draft_linear", "exact_greedy",
+           "plan_for", "row_kernel_failure", "swap_layers", "use_tree_sdpa"]
 
 
 def accelerate(model: torch.nn.Module, plan: KernelPlan, int8_rows: bool = False) -> int:

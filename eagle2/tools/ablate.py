@@ -20,11 +20,12 @@ from ..decode.engine import encode_prompt
 from ..loading import load
 
 VARIANTS = {
-    "all": "oneDNN, our row kernel, int8 draft head, bounded argmax (the default here)",
+    "all": "oneDNN, our row kernel, int8 draft head, bounded argmax, lean Llama layers (the default here)",
     "no bounded argmax": "the target's plain float32 argmax",
     "no int8 draft": "the draft head in float32 (through the same kernels)",
     "no row kernel": "oneDNN beyond PyTorch's rows; the int8 pieces need the row kernel, so float32 draft and "
                      "bf16-bounded argmax where the CPU has native bf16",
+    "no lean layers": "transformers' own LlamaDecoderLayer forward (the same operations, more Python)",
     "none": "PyTorch's nn.Linear everywhere, float32 draft, plain argmax",
 }
 
@@ -40,8 +41,9 @@ def variant(name: str, model: str, head: str | None):
     int8_rows = name not in ("no int8 draft", "no row kernel") and rows.load() is not None
     cpu.accelerate(bundle.target, plan)
     cpu.accelerate(bundle.head, plan, int8_rows=int8_rows)
+    lean = cpu.swap_layers(bundle.target) if name != "no lean layers" else 0
     greedy = None if name == "no bounded argmax" else cpu.exact_greedy(bundle.target.get_output_embeddings())
-    return replace(bundle, kernels=plan.describe(), draft_dtype="int8" if int8_rows else "float32",
+    return replace(bundle, kernels=plan.describe() + ("; lean Llama layers" if lean else ""), draft_dtype="int8" if int8_rows else "float32",
                    draft_linear=cpu.draft_linear(plan, int8_rows), greedy=greedy)
 
 
@@ -57,9 +59,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draft-tokens", type=int, default=8192)
     ap.add_argument("--model", default="embedded")
     ap.add_argument("--head", default=None)
+    ap.add_argument("--variants", default=",".join(VARIANTS),
+                    help=f"comma-separated, of: {', '.join(VARIANTS)} (all is always run: the others are against it)")
     args = ap.parse_args(argv)
     methods = [m.strip() for m in args.methods.split(",")]
-    bundles = {name: variant(name, args.model, args.head) for name in VARIANTS}
+    names = ["all", *(v.strip() for v in args.variants.split(",") if v.strip() != "all")]
+    unknown = [v for v in names if v not in VARIANTS]
+    if unknown:
+        ap.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
+    bundles = {name: variant(name, args.model, args.head) for name in names}
     for name, b in bundles.items():
         print(f"{name:<18} {b.describe()}", file=sys.stderr)
     cfgs = {m: DecodeConfig(method=m, max_new_tokens=args.max_new_tokens, total_tokens=args.total_tokens,
