@@ -40,16 +40,24 @@ def bandwidth_gbs(mb: int = BUFFER_MB, reps: int = 7) -> float:
 
 
 def weight_bytes(bundle) -> int:
-    """Bytes one target forward reads: every weight its layers multiply by (the buffers its kernels read, such as
-    a packed or int8 copy, in place of the float32 one they replace), the embedding row aside."""
+    """Bytes one greedy target forward reads: every weight its layers multiply by (the buffers its kernels read,
+    such as a packed or int8 copy, in place of the float32 one they replace), the embedding row aside; with the
+    bounded argmax (`bundle.greedy`), its int8 (or bf16) bounds in place of the lm_head."""
     total = 0
+    head = bundle.target.get_output_embeddings()
+    bounds = getattr(getattr(bundle.greedy, "bounds", None), "q", None)
+    if bounds is None:
+        bounds = getattr(getattr(bundle.greedy, "bounds", None), "packed", None)
+    if bounds is not None:
+        total += bounds.numel() * bounds.element_size()
     for module in bundle.target.modules():
-        if isinstance(module, torch.nn.Embedding):
+        if isinstance(module, torch.nn.Embedding) or (bounds is not None and module is head):
             continue
         own = list(module.named_parameters(recurse=False)) + list(module.named_buffers(recurse=False))
         tensors = {n: t for n, t in own if t is not None}
-        if "packed" in tensors or "q" in tensors:  # a FastLinear reads its packed or int8 copy for most row counts
+        if "q" in tensors:  # an int8 FastLinear reads its int8 rows
             tensors.pop("weight", None)
+        tensors.pop("packed", None)  # oneDNN's packed copy serves prefill; decoding's rows read the weight
         total += sum(t.numel() * t.element_size() for t in tensors.values() if t.dtype.is_floating_point
                      or t.dtype == torch.int8)
     return total
