@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from dataclasses import fields, replace
 from urllib.parse import urlencode
 
-from app_parts.settings import MAX_PROMPT_CHARS, RunRequest, configs, tree_choices
 from app_parts.presets import load_presets, page_token_limit
+from app_parts.settings import MAX_PROMPT_CHARS, RunRequest, check_prompt, configs
+from eagle2.inputs import check_text
 
 MAX_VALUE_CHARS = MAX_PROMPT_CHARS  # a query value longer than a prompt may be is refused unread
 MAX_KEYS = 40                       # a query with more keys than the page has settings is cut there
@@ -85,22 +86,14 @@ def _typed(name: str, value: object) -> object:
 
 
 def _check(name: str, value: object, defaults: RunRequest) -> None:
-    """Raise ValueError when `value` would not pass the check its control's value passes."""
+    """Raise ValueError when `value` would not pass the check its control's value passes (the same functions)."""
     if name == "prompt":
-        if not str(value).strip():
-            raise ValueError("is empty")
-        return
-    if name == "preset":
-        if value not in load_presets():
-            raise ValueError("is not one of this page's model presets")
-        return
-    if name == "tree_choice":
-        if value not in tree_choices():
-            raise ValueError("is not one of the page's static trees")
-        return
-    if name == "tree_json":
+        check_prompt(str(value))
+    elif name == "preset":
+        check_text("model preset", value, MAX_VALUE_CHARS, load_presets())
+    elif name == "tree_json":  # read only beside a custom tree
         configs(replace(defaults, tree_choice="custom", tree_json=str(value), sizing="custom"))
-        return
-    configs(replace(defaults, **{"sizing": "custom", name: value}))
+    else:
+        configs(replace(defaults, **{"sizing": "custom", name: value}))
     if name == "max_new_tokens" and float(str(value)) > page_token_limit():
         raise ValueError(f"is more than this page's {page_token_limit()} tokens")
