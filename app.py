@@ -13,7 +13,6 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import fields
 from types import SimpleNamespace
 from typing import Any
 
@@ -254,8 +253,8 @@ def _by_name(fn: Callable, names: tuple[str, ...], *extra: str) -> Callable:
 
 
 def _request(values: dict) -> RunRequest:
-    """A RunRequest from the controls' values by field name (booleans as the checkboxes hold them)."""
-    return RunRequest(**{k: v for k, v in values.items() if k in {f.name for f in fields(RunRequest)}})
+    """A RunRequest from the controls' values by field name (`LINKED`: every field, each as its control sent it)."""
+    return RunRequest(**values)
 
 
 def _generate_handler(ui: SimpleNamespace) -> Callable:
@@ -338,12 +337,17 @@ def _on_load(ui: SimpleNamespace) -> Callable:
     return on_load
 
 
+def _view_outputs(ui: SimpleNamespace) -> list:
+    """The components an Update may change (`_show` fills those it has, by component)."""
+    return [ui.state, ui.status, ui.info, *ui.trees.values(), *ui.sliders.values(), *ui.captions.values(),
+            *ui.texts.values(), ui.metrics, *ui.analysis]
+
+
 def _wire_generate(ui: SimpleNamespace) -> None:
     """Generate (button or Enter) and Stop."""
     handler = _generate_handler(ui)
     inputs = [*(ui.req[k] for k in LINKED), ui.show_pruned, ui.control]
-    outputs = [ui.state, ui.status, ui.info, *ui.trees.values(), *ui.sliders.values(), *ui.captions.values(),
-               *ui.texts.values(), ui.metrics, *ui.analysis, *(ui.req[k] for k in ("total_tokens", "depth", "top_k"))]
+    outputs = [*_view_outputs(ui), *(ui.req[k] for k in ("total_tokens", "depth", "top_k"))]
     # One decode at a time on the shared model: both triggers share a queue; other sessions wait their turn.
     # A click first counts the run as waiting (unqueued, instant), so that Stop can take it out of the queue.
     # Progress shows on the status line only ("minimal": the queue's place and estimate, no overlay elsewhere).
@@ -422,8 +426,7 @@ def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     """Connect the events."""
     _wire_generate(ui)
     _wire_steps(ui)
-    show = [ui.state, ui.status, ui.info, *ui.trees.values(), *ui.sliders.values(), *ui.captions.values(),
-            *ui.texts.values(), ui.metrics, *ui.analysis]
+    show = _view_outputs(ui)
     ui.latest_btn.click(lambda s, p: _show(ui, actions.follow_latest(s, p)), [ui.state, ui.show_pruned], show,
                         api_name=False)
     ui.show_pruned.change(lambda s, a, b, p: list(actions.redraw(s, {"eagle2": a, "eagle1": b}, p).values()),

@@ -40,11 +40,10 @@ def _numbers(where: str, d: object, key=str) -> dict:
     out = {}
     for k, v in d.items():
         try:
-            out[key(k)] = _number(f"{where}[{shown(k, 20)}]", v)
-        except (TypeError, ValueError) as e:
-            if str(e).startswith("malformed trace"):
-                raise
+            name = key(k)
+        except (TypeError, ValueError):
             _fail(where, f"has a key that is not a count ({shown(k, 20)})")
+        out[name] = _number(f"{where}[{shown(k, 20)}]", v)
     return out
 
 
