@@ -19,11 +19,18 @@ def scrub(session: Session | None, method: str, step: float | None,
           show_pruned: bool = True) -> tuple[go.Figure, str, str]:
     """Show one step of one method from the stored records; the live stream stops overwriting that tree."""
     session = session or Session()
-    step = whole_step(step)
     if session.records(method):
-        session.follow[method] = False
-        session.shown[method] = min(max(step, 0), session.last_step(method))
         session.playing, session.play = False, None
+    return show_step(session, method, whole_step(step), show_pruned)
+
+
+def show_step(session: Session, method: str, step: int, show_pruned: bool = True) -> tuple[go.Figure, str, str]:
+    """One method's tree, text (that step outlined) and caption at `step`, clamped to its steps; the method's
+    panel stays there (it stops following the latest step) when it has records."""
+    if session.records(method):
+        step = min(max(step, 0), session.last_step(method))
+        session.follow[method] = False
+        session.shown[method] = step
     rec = session.record(method, step)
     return (tree_view(session, method, step, show_pruned),
             text_view(session, method, rec.step if rec else None), session_caption(session, method, step))

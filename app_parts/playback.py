@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from app_parts.actions import whole_step
+from app_parts.actions import show_step, whole_step
 from app_parts.session import TREE_METHODS, Session
-from app_parts.views import label, session_caption, text_view, tree_view
+from app_parts.views import label
 from viz import stage_names, unfold_figure, unfold_text
 
 
@@ -28,17 +28,8 @@ class StepView:
 
 def _views(session: Session, k: int, show_pruned: bool) -> dict[str, StepView]:
     """Both methods at step k (each clamped to its own last step); the page stops following the latest step."""
-    out = {}
-    for m in TREE_METHODS:
-        if not session.records(m):
-            continue
-        step = min(max(k, 0), session.last_step(m))
-        session.follow[m] = False
-        session.shown[m] = step
-        rec = session.record(m, step)
-        out[m] = StepView(step, tree_view(session, m, step, show_pruned), text_view(session, m, rec.step),
-                          session_caption(session, m, step))
-    return out
+    return {m: StepView(min(max(k, 0), session.last_step(m)), *show_step(session, m, k, show_pruned))
+            for m in TREE_METHODS if session.records(m)}
 
 
 def last_step(session: Session) -> int:
