@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import tempfile
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,6 +134,7 @@ class Bundle:
     draft_dtype: str = ""           # how the head computes: "int8" (int8 weight rows) or a dtype's name
     draft_linear: Callable | None = None  # the layer scoring the draft's lm_head rows (eagle2/cpu), or None
     greedy: Callable | None = None        # the target's exact argmax by bounds (eagle2/cpu/argmax.py), or None
+    target_path: str = ""  # the folder or hub id the target's weights were loaded from ("": built in memory)
 
     @property
     def head_kind(self) -> str:
@@ -276,4 +278,26 @@ def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", k
                   head_name=_shown(getattr(h, "source", str(head))), kernels=kernels,
                   draft_dtype=head_dtype,
                   draft_linear=cpu.draft_linear(plan, int8_rows) if plan.onednn or int8_rows else None,
-                  greedy=cpu.exact_greedy(target.get_output_embeddings()))
+                  greedy=cpu.exact_greedy(target.get_output_embeddings()), target_path=target.name_or_path)
+
+
+_STOCK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # bundle -> its stock target, freed with it
+
+
+def stock_target(bundle: Bundle) -> torch.nn.Module:
+    """A second copy of the bundle's target exactly as transformers ships it, for transformers' own generate (the
+    bench's peers): the same files loaded again, in the target's dtype, with "sdpa" attention and none of
+    eagle2.cpu's swaps. Loaded on first use and kept per bundle; it holds a second set of weights (538 MB for
+    SmolLM2-135M in float32)."""
+    if bundle in _STOCK:
+        return _STOCK[bundle]
+    if not bundle.target_path:
+        raise ValueError("this bundle's target was built in memory, not loaded from files: no stock copy to load")
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(bundle.target_path, dtype=bundle.dtype, attn_implementation="sdpa")
+    ours = sorted({type(m).__name__ for m in model.modules() if type(m).__module__.startswith("eagle2.")})
+    if ours or model.config._attn_implementation != "sdpa":
+        raise RuntimeError(f"the stock target is not stock: {', '.join(ours) or model.config._attn_implementation}")
+    _STOCK[bundle] = model.to(bundle.device).eval()
+    return _STOCK[bundle]

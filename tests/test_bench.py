@@ -1,18 +1,57 @@
-"""The bench's table and JSON on a tiny model: equality with greedy is reported only against a greedy run."""
+"""The bench's table and JSON on a tiny model: equality with greedy is reported only against a greedy run; the
+peers run on a stock copy of the target."""
 from __future__ import annotations
 
 import pytest
+import torch
 
+from eagle2 import cpu
 from eagle2.tools.bench import by_category, format_categories, format_table, run_bench
 from eagle2.tools.prompts import PromptRow, read_rows
 from eagle2.config import DecodeConfig
-from eagle2.loading import Bundle
+from eagle2.loading import Bundle, stock_target
 
 
-def _bundle(tiny):
+def _bundle(tiny, path=""):
     target, head, tok = tiny
     return Bundle(target=target, head=head, tokenizer=tok, device=target.device, dtype=target.dtype,
-                  model_name="tiny", head_name="random")
+                  model_name="tiny", head_name="random", target_path=path)
+
+
+def _loaded(tiny, folder) -> Bundle:
+    """The tiny target saved to `folder`, then given our CPU layers and attention as `load` gives them."""
+    tiny[0].save_pretrained(folder)
+    bundle = _bundle(tiny, str(folder))
+    assert cpu.swap_layers(bundle.target) == 2 and cpu.use_tree_sdpa(bundle.target)
+    return bundle
+
+
+def _ours(model) -> set[str]:
+    return {type(m).__name__ for m in model.modules() if type(m).__module__.startswith("eagle2.")}
+
+
+def test_the_peers_run_on_a_stock_copy_loaded_once(tiny, tmp_path):
+    bundle = _loaded(tiny, tmp_path)
+    peer = stock_target(bundle)
+    assert _ours(bundle.target) == {"LeanLlamaLayer"} and _ours(peer) == set()  # ours swapped in, the copy stock
+    assert peer.config._attn_implementation == "sdpa" and peer is not bundle.target and not peer.training
+    assert stock_target(bundle) is peer  # loaded once per bundle
+    ours, stock = bundle.target.state_dict(), peer.state_dict()
+    assert stock.keys() == ours.keys() and all(torch.equal(v, ours[k]) for k, v in stock.items())  # same weights
+    res = run_bench(bundle, ["abcab", "ponm"], ["vanilla", "hf_greedy", "hf_lookup"],
+                    lambda m: DecodeConfig(method=m, max_new_tokens=6), 6, progress=lambda _s: None)
+    assert [r["matches_vanilla"] for r in res["methods"].values()] == [1.0, 1.0, 1.0]
+    assert [len(p["hf_greedy"]) for p in res["per_prompt_tokens"]] == [6, 6]
+    assert res["methods"]["hf_greedy"]["settings"] == {"max_new_tokens": 6, "kernels": "stock transformers"}
+    assert "stock transformers" in format_table(res).splitlines()[2]
+
+
+def test_a_target_built_in_memory_has_no_stock_copy_and_needs_none_without_peers(tiny):
+    with pytest.raises(ValueError, match="built in memory"):
+        run_bench(_bundle(tiny), ["abc"], ["vanilla", "hf_greedy"], lambda m: DecodeConfig(method=m), 4,
+                  progress=lambda _s: None)
+    assert run_bench(_bundle(tiny), ["abc"], ["vanilla"], lambda m: DecodeConfig(method=m, max_new_tokens=4), 4,
+                     progress=lambda _s: None)["methods"]["vanilla"]["new_tokens"] == 4
 
 
 def test_without_a_greedy_run_equality_is_unknown_not_zero(tiny):
@@ -29,9 +68,9 @@ def test_with_plain_decoding_every_method_matches_it(tiny):
     assert res["methods"]["vanilla"]["mean_accept_length"] == 1.0
 
 
-def test_accept_length_by_category_adds_up_to_each_prompts_record(tiny):
+def test_accept_length_by_category_adds_up_to_each_prompts_record(tiny, tmp_path):
     prompts, cats = ["abcab", "ponm", "abcabc"], ["copy", "other", "copy"]
-    res = run_bench(_bundle(tiny), prompts, ["vanilla", "eagle2", "hf_greedy"],
+    res = run_bench(_loaded(tiny, tmp_path), prompts, ["vanilla", "eagle2", "hf_greedy"],
                     lambda m: DecodeConfig(method=m, max_new_tokens=6), 6, progress=lambda _s: None)
     got = by_category(res, cats)
     assert list(got) == ["copy", "other"]

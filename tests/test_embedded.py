@@ -27,15 +27,25 @@ def greedy_reference(target, ids, n):
 
 @pytest.fixture(scope="module")
 def references(embedded):
-    """References from a copy of the model on PyTorch's own nn.Linear (the session's bundle runs FastLinear)."""
-    from eagle2.loading import load
+    """References from a stock copy of the model (the session's bundle runs our kernels and layers)."""
+    from eagle2.loading import stock_target
 
-    stock = load("embedded", kernels="torch").target
+    stock = stock_target(embedded)
     refs = {}
     for text, n in PROMPTS:
         ids = encode_prompt(embedded.tokenizer, text)
         refs[text] = (ids, greedy_reference(stock, ids, n))
     return refs
+
+
+def test_the_stock_copy_is_the_converted_files_without_our_modules(embedded):
+    from eagle2.loading import resolve_model, stock_target
+
+    stock = stock_target(embedded)
+    assert embedded.target_path == resolve_model() and stock.name_or_path == embedded.target_path
+    assert not any(type(m).__module__.startswith("eagle2.") for m in stock.modules())
+    assert any(type(m).__module__.startswith("eagle2.") for m in embedded.target.modules())
+    assert sum(p.numel() * p.element_size() for p in stock.parameters()) == 538_060_032  # what the bench adds
 
 
 @pytest.mark.parametrize("method,lookup", [("eagle2", False), ("eagle1", False), ("eagle2", True)])

@@ -2,9 +2,11 @@
 
 Methods by name (eagle2/decode/methods.py): our `vanilla`, `eagle1`, `eagle2` (the paper's algorithm), and this
 project's `eagle2_sized`, `eagle2_lookup`, `eagle2_sized_lookup`; transformers' own greedy `generate`
-(`hf_greedy`) and its prompt-lookup assisted generation (`hf_lookup`) as peers. Speedups are tokens/s ratios
-within this run. Each method's settings are stored beside its numbers; with greedy decoding the dynamic
-tree's own gain is also replayed at equal budgets (`equal_budgets`), independent of speed.
+(`hf_greedy`) and its prompt-lookup assisted generation (`hf_lookup`) as peers. The peers run on a stock copy of
+the target (`loading.stock_target`: the same files, none of eagle2.cpu's kernels or layers), loaded once and only
+when a peer is asked for; it adds a second set of weights, 538 MB for SmolLM2-135M in float32. Speedups are
+tokens/s ratios within this run. Each method's settings are stored beside its numbers; with greedy decoding
+the dynamic tree's own gain is also replayed at equal budgets (`equal_budgets`), independent of speed.
 """
 from __future__ import annotations
 
@@ -18,20 +20,21 @@ import torch
 
 from ..config import STATIC_PRESET
 from ..decode.methods import LABELS, OURS, PEERS, STATIC_NODES, Shared, config_for, settings_of
+from ..loading import stock_target
 from .autotune import same_algorithm
 from .prompts import read_rows
 
 HF_LOOKUP_TOKENS = 10  # transformers' prompt_lookup_num_tokens default
+PEER_KERNELS = "stock transformers"  # what the peers run on, stored in their settings
 EQUAL_BUDGETS = range(2, STATIC_NODES + 1)  # node budgets the equal-budget replay reports
 
 
-def _hf(bundle, ids: list[int], max_new: int, lookup: bool) -> tuple[list[int], float]:
-    """transformers' own generate, greedy; prompt lookup when asked."""
-    x = torch.tensor([ids], device=bundle.device)
+def _hf(model, ids: list[int], max_new: int, lookup: bool) -> tuple[list[int], float]:
+    """transformers' own generate on a stock model, greedy; prompt lookup when asked."""
+    x = torch.tensor([ids], device=model.device)
     extra = {"prompt_lookup_num_tokens": HF_LOOKUP_TOKENS} if lookup else {}
     t0 = time.perf_counter()
-    out = bundle.target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new, do_sample=False,
-                                 **extra)
+    out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new, do_sample=False, **extra)
     return out[0, len(ids):].tolist(), time.perf_counter() - t0
 
 
@@ -41,11 +44,12 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
     from ..decode.engine import encode_prompt
 
     encoded = [encode_prompt(bundle.tokenizer, p) for p in prompts]
+    peer = stock_target(bundle) if any(m in PEERS for m in methods) else None
     for m in methods:  # warm-up: first calls pay for allocation and kernel selection
         if m in OURS:
             run(bundle, encoded[0], replace(cfg_for(m), max_new_tokens=8))
         else:
-            _hf(bundle, encoded[0], 8, m == "hf_lookup")
+            _hf(peer, encoded[0], 8, m == "hf_lookup")
     totals = {m: {"tokens": 0, "wall": 0.0, "forwards": 0, "match": 0} for m in methods}
     per_prompt, per_forwards, per_tokens = [], [], []
     for i, ids in enumerate(encoded):
@@ -56,7 +60,7 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
                 toks, wall = res.token_ids, res.wall_s
                 fwd = sum(r.target_forwards for r in res.records)
             else:
-                toks, wall = _hf(bundle, ids, max_new, m == "hf_lookup")
+                toks, wall = _hf(peer, ids, max_new, m == "hf_lookup")
                 fwd = None
             outs[m], fwds[m] = toks, fwd
             t = totals[m]
@@ -87,7 +91,8 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
             "wall_s": t["wall"],
             "label": LABELS[m],
             "settings": settings_of(cfg_for(m)) if m in OURS else
-            {"max_new_tokens": max_new, **({"prompt_lookup_num_tokens": HF_LOOKUP_TOKENS} if m == "hf_lookup" else {})},
+            {"max_new_tokens": max_new, "kernels": PEER_KERNELS,
+             **({"prompt_lookup_num_tokens": HF_LOOKUP_TOKENS} if m == "hf_lookup" else {})},
         }
     return {"methods": result, "prompts": len(encoded), "max_new_tokens": max_new, "per_prompt": per_prompt,
             "per_prompt_forwards": per_forwards, "per_prompt_tokens": per_tokens}
@@ -168,7 +173,7 @@ def describe_settings(s: dict) -> str:
     if "tree" in s:
         return f"{s['total_tokens']}-node static tree" + (f", {s['draft_tokens']} draft tokens" if s["draft_tokens"] else "")
     if "depth" not in s:
-        return ""
+        return s.get("kernels", "")
     text = f"{s['total_tokens']} nodes, depth {s['depth']}, top-k {s['top_k']}"
     if "min_prob" in s:
         text = f"up to {s['total_tokens']} nodes, floors {s['min_prob']:g}/{s['expand_prob']:g}, depth {s['depth']}"
