@@ -20,22 +20,29 @@ from .plan import KERNELS, KernelPlan, plan_for
 from .rows import failure as row_kernel_failure
 
 __all__ = ["KERNELS", "FastLinear", "KernelPlan", "LeanLlamaLayer", "accelerate", "draft_linear", "exact_greedy",
-           "plan_for", "row_kernel_failure", "swap_layers", "use_tree_sdpa"]
+           "four_bit_layers", "plan_for", "row_kernel_failure", "swap_layers", "use_tree_sdpa"]
 
 
-def accelerate(model: torch.nn.Module, plan: KernelPlan, int8_rows: bool = False) -> int:
+def accelerate(model: torch.nn.Module, plan: KernelPlan, int8_rows: bool = False, four_bit: bool = True) -> int:
     """Swap every float32 (or native bf16) CPU nn.Linear of `model` for a FastLinear following `plan` (with int8
-    weight rows: a draft head); returns how many. All weights are packed before any layer is swapped, so a
+    weight rows: a draft head; with `four_bit`, weights that are exactly four-bit codes run from them: see
+    `four_bit_layers`); returns how many. All weights are packed before any layer is swapped, so a
     oneDNN failure (a RuntimeError) leaves the model as it was."""
     if not plan.onednn and not int8_rows:
         return 0
     todo = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
             if type(child) is torch.nn.Linear and available(child.weight)]
-    fast = [FastLinear.from_linear(c, plan.stock_rows, plan.own_rows, packed=plan.onednn, int8_rows=int8_rows)
-            for _, _, c in todo]
+    fast = [FastLinear.from_linear(c, plan.stock_rows, plan.own_rows, packed=plan.onednn, int8_rows=int8_rows,
+                                   four_bit=four_bit) for _, _, c in todo]
     for (parent, name, _), f in zip(todo, fast):
         setattr(parent, name, f)
     return len(fast)
+
+
+def four_bit_layers(model: torch.nn.Module) -> tuple[int, int]:
+    """(how many of `model`'s FastLinears run from exact four-bit codes, the bytes those codes take)."""
+    fast = [m for m in model.modules() if isinstance(m, FastLinear) and m.codes is not None]
+    return len(fast), sum(t.numel() * t.element_size() for m in fast for t in (m.codes, m.d, m.m))
 
 
 def draft_linear(plan: KernelPlan, int8_rows: bool = False) -> Callable[[torch.Tensor], torch.nn.Module]:

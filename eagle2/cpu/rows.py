@@ -156,3 +156,16 @@ def usable(weight: torch.Tensor) -> bool:
     """Whether this weight can go through the kernel (float32, CPU, contiguous) and the kernel is built."""
     return (weight.dtype == torch.float32 and weight.device.type == "cpu" and weight.is_contiguous()
             and load() is not None)
+
+
+def q4_linear(x: torch.Tensor, codes: torch.Tensor, d: torch.Tensor, m: torch.Tensor,
+              bias: torch.Tensor | None) -> torch.Tensor:
+    """float32 x @ w.T (+ bias) for four-bit codes that hold the float32 w exactly (eagle2/cpu/q4.py): the same
+    sums as `linear` over w; `load()` not None."""
+    return load().q4_linear(x, codes, d, m, bias)
+
+
+def q4_recode(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(codes, d, m) holding the float32 (N, K) weight exactly (eagle2/cpu/q4.py); empty codes when it cannot;
+    `load()` not None."""
+    return tuple(load().q4_recode(weight))

@@ -11,7 +11,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <vector>
 
 namespace {
 
@@ -119,6 +121,59 @@ void q8_block(const float* x, const int8_t* q, const float* scale, const float* 
   }
 }
 
+
+// Four-bit weights that hold float32 values exactly (eagle2/cpu/q4.py): each block of 32 weights of a row is
+// a table of sixteen float32 values t_j = (d * j) + m (a product and a sum, each rounded once: what a GGUF
+// Q4_1 block dequantises to) and a four-bit index per weight; codes byte 16b + i holds weight 32b + i in its
+// low nibble and weight 32b + 16 + i in its high one. A block of NB weight rows is expanded into float32 in
+// L1 and then multiplied exactly as `columns` multiplies float32 rows, so every output is the row kernel's sum
+// over the same float32 weights, bit for bit, at a fifth of the bytes read.
+inline void q4_row(const uint8_t* codes, const float* d, const float* m, float* out, int64_t K) {
+  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (int64_t b = 0; b < K / 32; ++b) {
+    const __m512 table = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(d[b]), iota), _mm512_set1_ps(m[b]));
+    const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16 * b)));
+    _mm512_storeu_ps(out + 32 * b, _mm512_permutexvar_ps(idx, table));  // the low four bits index
+    _mm512_storeu_ps(out + 32 * b + 16, _mm512_permutexvar_ps(_mm512_srli_epi32(idx, 4), table));
+  }
+}
+
+// The codes of one block of 32 float32 weights for a given d (m is the block's least weight): true when
+// every weight is exactly (d * j) + m, j in 0..15, computed as the kernel computes it (two roundings, no fma).
+inline bool q4_try(const float* w, float d, float m, uint8_t* j) {
+  for (int i = 0; i < 32; ++i) {
+    const double c = d > 0 ? std::nearbyint((double(w[i]) - double(m)) / double(d)) : 0.0;
+    const float code = static_cast<float>(std::min(15.0, std::max(0.0, c)));
+    volatile float product = d * code;  // rounded on its own, never fused with the sum
+    if (product + m != w[i]) return false;
+    j[i] = static_cast<uint8_t>(code);
+  }
+  return true;
+}
+
+inline float half_step(float h, int steps) {  // h (a half-precision value) moved `steps` half ulps
+  uint16_t bits = c10::Half(h).x;  // rounded to nearest
+  for (; steps > 0; --steps) bits = (bits & 0x8000) ? bits - 1 : bits + 1;
+  for (; steps < 0; ++steps) bits = (bits & 0x8000) ? bits + 1 : (bits == 0 ? 0x8001 : bits - 1);
+  return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
+}
+
+void q4_columns(const float* x, const uint8_t* codes, const float* d, const float* m, float* y, int64_t M,
+                int64_t N, int64_t K, int64_t n0, int64_t n1, float* w) {
+  const int64_t nb = K / 32;
+  for (int64_t n = n0; n < n1; n += NB) {
+    for (int b = 0; b < NB; ++b) q4_row(codes + (n + b) * (K / 2), d + (n + b) * nb, m + (n + b) * nb, w + b * K, K);
+    int64_t r = 0;
+    for (; r + GROUP <= M; r += GROUP) pass<GROUP>(x + r * K, w, y + r * N, N, K, n, false);
+    switch (M - r) {
+      case 1: pass<1>(x + r * K, w, y + r * N, N, K, n, false); break;
+      case 2: pass<2>(x + r * K, w, y + r * N, N, K, n, false); break;
+      case 3: pass<3>(x + r * K, w, y + r * N, N, K, n, false); break;
+      default: break;
+    }
+  }
+}
+
 }  // namespace
 
 // float32 x (any leading shape) times a float32 (N, K) weight.
@@ -183,8 +238,78 @@ torch::Tensor q8_linear(const torch::Tensor& x, const torch::Tensor& q, const to
   return y.view(shape);
 }
 
+// float32 x (any leading shape) times four-bit weights (codes (N, K/2) uint8, d and m (N, K/32) float32; see
+// q4_row), plus an optional bias: the row kernel's float32 result over the weights the codes stand for.
+torch::Tensor q4_linear(const torch::Tensor& x, const torch::Tensor& codes, const torch::Tensor& d,
+                        const torch::Tensor& m, const c10::optional<torch::Tensor>& bias) {
+  TORCH_CHECK(x.scalar_type() == torch::kFloat && codes.scalar_type() == torch::kByte, "float32 x, uint8 codes");
+  TORCH_CHECK(d.scalar_type() == torch::kFloat && m.scalar_type() == torch::kFloat, "float32 d and m");
+  TORCH_CHECK(codes.dim() == 2 && codes.is_contiguous() && d.is_contiguous() && m.is_contiguous(), "contiguous");
+  const int64_t N = codes.size(0), K = codes.size(1) * 2;
+  TORCH_CHECK(K % 32 == 0 && N % NB == 0, "K a multiple of 32, N of ", NB);
+  TORCH_CHECK(d.numel() == N * (K / 32) && m.numel() == N * (K / 32), "one d and one m per block of 32");
+  TORCH_CHECK(x.size(-1) == K, "x has ", x.size(-1), " features, the weight ", K);
+  auto x2 = x.reshape({-1, K}).contiguous();
+  const int64_t M = x2.size(0);
+  auto y = torch::empty({M, N}, x.options());
+  const float *xp = x2.data_ptr<float>(), *dp = d.data_ptr<float>(), *mp = m.data_ptr<float>();
+  const uint8_t* cp = codes.data_ptr<uint8_t>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, N / NB, 16, [&](int64_t b0, int64_t b1) {
+    std::vector<float> w(NB * K);  // this thread's block of weight rows, expanded
+    q4_columns(xp, cp, dp, mp, yp, M, N, K, b0 * NB, b1 * NB, w.data());
+  });
+  if (bias.has_value() && bias->defined()) y.add_(*bias);
+  auto shape = x.sizes().vec();
+  shape.back() = N;
+  return y.view(shape);
+}
+
+// The four-bit codes of a float32 (N, K) weight (eagle2/cpu/q4.py), or an empty codes tensor when some block
+// is not exactly sixteen values (d * j) + m: d tried as the span / 15 in half precision (as GGUF stores it),
+// its half-precision neighbours and in float32, then the span / 14, 13, ... 1 the same way.
+std::vector<torch::Tensor> q4_recode(const torch::Tensor& weight) {
+  TORCH_CHECK(weight.scalar_type() == torch::kFloat && weight.dim() == 2, "float32 (N, K)");
+  const int64_t N = weight.size(0), K = weight.size(1);
+  TORCH_CHECK(K % 32 == 0, "K a multiple of 32");
+  auto w = weight.contiguous();
+  auto codes = torch::empty({N, K / 2}, torch::kByte);
+  auto d = torch::empty({N, K / 32}, torch::kFloat), m = torch::empty({N, K / 32}, torch::kFloat);
+  const float* wp = w.data_ptr<float>();
+  uint8_t* cp = codes.data_ptr<uint8_t>();
+  float *dp = d.data_ptr<float>(), *mp = m.data_ptr<float>();
+  std::atomic<bool> all(true);
+  at::parallel_for(0, N * (K / 32), 1024, [&](int64_t b0, int64_t b1) {
+    uint8_t j[32];
+    for (int64_t b = b0; b < b1 && all.load(std::memory_order_relaxed); ++b) {
+      const float* x = wp + b * 32;
+      float lo = x[0], hi = x[0];
+      bool finite = true;
+      for (int i = 0; i < 32; ++i) { lo = std::min(lo, x[i]); hi = std::max(hi, x[i]); finite &= std::isfinite(x[i]); }
+      bool ok = false;
+      float step = 0.0f;
+      for (int top = 15; finite && !ok && top >= 1; --top) {  // the largest weight's code: 15 nearly always
+        const float span = (hi - lo) / static_cast<float>(top);
+        if (!std::isfinite(span)) break;
+        const float tries[6] = {half_step(span, 0), half_step(span, 1), half_step(span, -1), span,
+                                half_step(span, 2), half_step(span, -2)};
+        for (float t : tries)
+          if (q4_try(x, t, lo, j)) { ok = true; step = t; break; }
+      }
+      if (!ok) { all.store(false); break; }
+      dp[b] = step;
+      mp[b] = lo;
+      for (int i = 0; i < 16; ++i) cp[b * 16 + i] = static_cast<uint8_t>(j[i] | (j[16 + i] << 4));
+    }
+  });
+  if (!all.load()) return {torch::empty({0}, torch::kByte), d, m};
+  return {codes, d, m};
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("q8_linear", &q8_linear, "float32 x @ (scale * q).T (+ bias) for int8 rows q");
   m.def("q8_upper", &q8_upper, "upper bounds on x @ w.T from int8 rows");
+  m.def("q4_linear", &q4_linear, "float32 x @ w.T (+ bias) for four-bit weights that hold w exactly");
+  m.def("q4_recode", &q4_recode, "four-bit codes that hold a float32 weight exactly, or empty codes");
   m.def("rows_linear", &rows_linear, "float32 x @ w.T (+ bias) for a few rows; rows independent");
 }
