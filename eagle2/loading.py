@@ -270,7 +270,8 @@ def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", k
         cpu.use_tree_sdpa(h)
     lean = cpu.swap_layers(target) if dev.type == "cpu" and kernels != "torch" else 0
     int8_rows = head_dtype == "int8"
-    kernels = plan.describe() + ("; lean Llama layers" if lean else "")
+    fused = lean and all(getattr(layer, "fused", False) for layer in target.model.layers)
+    kernels = plan.describe() + ("; fused Llama layers (1 to 32 rows)" if fused else "; lean Llama layers" if lean else "")
     four, four_bytes = cpu.four_bit_layers(target)
     kernels += f"; {four} layers from exact four-bit codes (+{four_bytes / 1e6:.0f} MB)" if four else ""
     if dev.type == "cpu" and cpu.row_kernel_failure():  # the line says which kernels run, and why not ours

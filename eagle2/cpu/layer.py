@@ -8,6 +8,14 @@ the model's own attention function, o_proj, the residual, norm, gate/up/act/down
 is the stock layer's bit for bit (tests/test_kernels.py). It is swapped in at load (`swap_layers`, through
 `eagle2.cpu`), shows in `print(model)`, is a `LlamaDecoderLayer` to transformers (its hidden-state recording
 still finds it), and hands autograd (training) back to the stock forward.
+
+With `fused` (the default where the row kernel builds), a forward of 1 to 32 rows over a cache with room
+(eagle2/decode/cache.py, `RoomyLayer.room`) runs the whole layer in one call of the row kernel's extension
+(`llama_layer` in eagle2/cpu/csrc/rows_linear.cpp): the same weights and the same linear sums (float32 rows or
+their exact four-bit codes), with the norms, rotary, softmax and attention sums in float32 in an order of their
+own, so its output can differ from the stock layer's in the last bits; greedy output is checked against
+transformers' on every bench prompt. Anything else (prefill, autograd, a batch, a cache without room) takes
+the lean path above.
 """
 from __future__ import annotations
 
@@ -15,6 +23,11 @@ import torch
 from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, eager_attention_forward, rotate_half
+
+from . import rows as rowkernel
+from .linear import FastLinear
+
+_NONE_U8, _NONE_F32 = torch.empty(0, dtype=torch.uint8), torch.empty(0)
 
 
 def _rms_norm(x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
@@ -25,12 +38,70 @@ def _rms_norm(x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
 class LeanLlamaLayer(LlamaDecoderLayer):
     """A LlamaDecoderLayer over another one's submodules, with its forward's Python trimmed (module docstring)."""
 
-    def __init__(self, stock: LlamaDecoderLayer):
+    def __init__(self, stock: LlamaDecoderLayer, fused: bool = False):
         nn.Module.__init__(self)  # not LlamaDecoderLayer's: that would build new weights
         self.hidden_size = stock.hidden_size
         self.gradient_checkpointing = False
         self.self_attn, self.mlp = stock.self_attn, stock.mlp
         self.input_layernorm, self.post_attention_layernorm = stock.input_layernorm, stock.post_attention_layernorm
+        cfg = stock.self_attn.config
+        self.fused = (fused and rowkernel.load() is not None and getattr(cfg, "hidden_act", None) == "silu"
+                      and float(getattr(cfg, "attention_dropout", 0.0) or 0.0) == 0.0)
+        self.__dict__["_pack"] = (None, None)  # (the FastLinears' kernel tuples it was built from, the tensors)
+
+    def extra_repr(self) -> str:
+        return "fused: 1 to 32 rows in one kernel call" if self.fused else ""
+
+    def _linears(self) -> list[torch.Tensor] | None:
+        """q, k, v, o, gate, up, down as the fused kernel takes them (weight, codes, d, m), or None when one of
+        them is not a bias-free float32 FastLinear. Rebuilt when a FastLinear derived its kernels again."""
+        attn, mlp = self.self_attn, self.mlp
+        lins = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+        fast = tuple(getattr(lin, "_fast", None) for lin in lins)
+        built, tensors = self.__dict__["_pack"]
+        if built is not None and all(a is b for a, b in zip(built, fast)):
+            return tensors
+        tensors = []
+        for lin, f in zip(lins, fast):
+            if not isinstance(lin, FastLinear) or f[1] is not None or f[0].dtype != torch.float32:
+                tensors = None
+                break
+            codes = f[5] or (_NONE_U8, _NONE_F32, _NONE_F32)
+            tensors += [f[0].detach().contiguous(), *codes]
+        self.__dict__["_pack"] = (fast, tensors)
+        return tensors
+
+    def _fused(self, x: torch.Tensor, mask: torch.Tensor | None, cache, position_embeddings) -> torch.Tensor | None:
+        """The layer in one kernel call (module docstring), or None where it does not apply."""
+        rows = x.shape[1]
+        if x.shape[0] != 1 or rows > rowkernel.MAX_ROWS or x.dtype != torch.float32 or position_embeddings is None:
+            return None
+        attn = self.self_attn
+        layer = cache.layers[attn.layer_idx] if cache is not None and hasattr(cache, "layers") else None
+        if layer is None or not hasattr(layer, "room"):
+            return None
+        lins = self._linears()
+        if lins is None:
+            return None
+        if mask is not None:
+            if mask.dim() != 4 or mask.shape[:3] != (1, 1, rows) or mask.dtype not in (torch.bool, torch.float32):
+                return None
+            mask = mask[0, 0]
+        space = layer.room(rows)
+        if space is None:
+            return None
+        kbuf, vbuf, past = space
+        if mask is not None and mask.shape[-1] != past + rows:
+            return None
+        cos, sin = position_embeddings
+        cfg = attn.config
+        out = rowkernel.load().llama_layer(
+            x[0].contiguous(), self.input_layernorm.weight, self.post_attention_layernorm.weight,
+            self.input_layernorm.variance_epsilon, lins, cos[0].contiguous(), sin[0].contiguous(), kbuf[0], vbuf[0],
+            past, _NONE_F32 if mask is None else mask.contiguous(), attn.scaling, cfg.num_attention_heads,
+            cfg.num_key_value_heads)
+        layer.filled(past + rows)
+        return out[None]
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.LongTensor | None = None, cache=None, use_cache: bool | None = False,
@@ -40,6 +111,10 @@ class LeanLlamaLayer(LlamaDecoderLayer):
         if torch.is_grad_enabled():
             return super().forward(hidden_states, attention_mask=attention_mask, position_ids=position_ids,
                                    cache=cache, use_cache=use_cache, position_embeddings=position_embeddings, **kwargs)
+        if self.fused:
+            out = self._fused(hidden_states, attention_mask, cache, position_embeddings)
+            if out is not None:
+                return out
         attn, mlp = self.self_attn, self.mlp
         x = hidden_states                                        # (B, T, H)
         h = _rms_norm(x, self.input_layernorm)
@@ -71,10 +146,11 @@ def swappable(layer: nn.Module) -> bool:
     return w.dtype == torch.float32 and w.device.type == "cpu"
 
 
-def swap_layers(model: nn.Module) -> int:
-    """Replace every swappable decoder layer of `model` by a LeanLlamaLayer over its submodules; returns how many."""
+def swap_layers(model: nn.Module, fused: bool = True) -> int:
+    """Replace every swappable decoder layer of `model` by a LeanLlamaLayer over its submodules (`fused`: with
+    its one-call path for few rows, where the row kernel builds); returns how many."""
     todo = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
             if swappable(child)]
     for parent, name, child in todo:
-        setattr(parent, name, LeanLlamaLayer(child))
+        setattr(parent, name, LeanLlamaLayer(child, fused))
     return len(todo)

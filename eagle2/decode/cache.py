@@ -50,6 +50,20 @@ class RoomyLayer(DynamicLayer):
         self.keys, self.values = self._k[..., :n + m, :], self._v[..., :n + m, :]
         return self.keys, self.values
 
+    def room(self, m: int) -> tuple[torch.Tensor, torch.Tensor, int] | None:
+        """For a kernel that writes keys and values in place (eagle2/cpu/layer.py): the buffers, with room for `m`
+        more positions, and how many are filled; then `filled`. None before the first update or when someone
+        replaced `keys`/`values`."""
+        if not self.is_initialized or not self._owns_keys():
+            return None
+        n = self.get_seq_length()
+        self._reserve(self._k, self._v, n, n + m)
+        return self._k, self._v, n
+
+    def filled(self, n: int) -> None:
+        """The first `n` positions of the buffers now hold keys and values (after `room`)."""
+        self.keys, self.values = self._k[..., :n, :], self._v[..., :n, :]
+
     def keep(self, start: int, rows: torch.Tensor, in_place: bool = False) -> None:
         """Keep the first `start` positions followed by positions `rows` (>= start, increasing), in place.
         `in_place`: rows are start, start + 1, ... already, so nothing moves (a chain, or no draft accepted)."""

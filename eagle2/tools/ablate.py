@@ -20,12 +20,14 @@ from ..decode.engine import encode_prompt
 from ..loading import load
 
 VARIANTS = {
-    "all": "oneDNN, our row kernel, int8 draft head, bounded argmax, lean Llama layers (the default here)",
+    "all": "oneDNN, our row kernel, int8 draft head, bounded argmax, four-bit codes, fused Llama layers (the default here)",
     "no bounded argmax": "the target's plain float32 argmax",
     "no int8 draft": "the draft head in float32 (through the same kernels)",
     "no row kernel": "oneDNN beyond PyTorch's rows; the int8 pieces need the row kernel, so float32 draft and "
                      "bf16-bounded argmax where the CPU has native bf16",
-    "no lean layers": "transformers' own LlamaDecoderLayer forward (the same operations, more Python)",
+    "no lean layers": "transformers' own LlamaDecoderLayer forward (the same operations, more Python; not fused either)",
+    "no fused layers": "the lean layers' PyTorch operations instead of one kernel call per layer for 1 to 32 rows",
+    "no four-bit codes": "the row kernel over the float32 weights instead of their exact four-bit codes",
     "none": "PyTorch's nn.Linear everywhere, float32 draft, plain argmax",
 }
 
@@ -39,11 +41,16 @@ def variant(name: str, model: str, head: str | None):
     if name == "no row kernel":
         plan = replace(plan, own_rows=0)
     int8_rows = name not in ("no int8 draft", "no row kernel") and rows.load() is not None
-    cpu.accelerate(bundle.target, plan)
+    cpu.accelerate(bundle.target, plan, four_bit=name != "no four-bit codes")
     cpu.accelerate(bundle.head, plan, int8_rows=int8_rows)
-    lean = cpu.swap_layers(bundle.target) if name != "no lean layers" else 0
+    lean = (cpu.swap_layers(bundle.target, fused=name not in ("no fused layers", "no row kernel"))
+            if name != "no lean layers" else 0)
     greedy = None if name == "no bounded argmax" else cpu.exact_greedy(bundle.target.get_output_embeddings())
-    return replace(bundle, kernels=plan.describe() + ("; lean Llama layers" if lean else ""), draft_dtype="int8" if int8_rows else "float32",
+    fused = lean and all(layer.fused for layer in bundle.target.model.layers)
+    four = cpu.four_bit_layers(bundle.target)[0]
+    described = (plan.describe() + ("; fused Llama layers" if fused else "; lean Llama layers" if lean else "")
+                 + (f"; {four} layers from four-bit codes" if four else ""))
+    return replace(bundle, kernels=described, draft_dtype="int8" if int8_rows else "float32",
                    draft_linear=cpu.draft_linear(plan, int8_rows), greedy=greedy)
 
 

@@ -158,9 +158,50 @@ inline float half_step(float h, int steps) {  // h (a half-precision value) move
   return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
 }
 
+// Up to GROUP rows: the NB weight rows expanded in registers, sixteen lanes at a time, straight into the fused
+// multiply-adds (each lane sums the same k in the same order as `pass`).
+template <int G>
+inline void q4_pass(const float* x, const uint8_t* codes, const float* d, const float* m, float* y, int64_t N,
+                    int64_t K, int64_t n) {
+  const int64_t nb = K / 32, half = K / 2;
+  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512 acc[NB][G];
+  for (int b = 0; b < NB; ++b)
+    for (int r = 0; r < G; ++r) acc[b][r] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < nb; ++k) {
+    __m512 lo[NB], hi[NB];
+    for (int b = 0; b < NB; ++b) {
+      const int64_t at = (n + b) * nb + k;
+      const __m512 table = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(d[at]), iota), _mm512_set1_ps(m[at]));
+      const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + (n + b) * half + 16 * k)));
+      lo[b] = _mm512_permutexvar_ps(idx, table);
+      hi[b] = _mm512_permutexvar_ps(_mm512_srli_epi32(idx, 4), table);
+    }
+    for (int r = 0; r < G; ++r) {
+      const __m512 xv = _mm512_loadu_ps(x + r * K + 32 * k);
+      for (int b = 0; b < NB; ++b) acc[b][r] = _mm512_fmadd_ps(lo[b], xv, acc[b][r]);
+    }
+    for (int r = 0; r < G; ++r) {
+      const __m512 xv = _mm512_loadu_ps(x + r * K + 32 * k + 16);
+      for (int b = 0; b < NB; ++b) acc[b][r] = _mm512_fmadd_ps(hi[b], xv, acc[b][r]);
+    }
+  }
+  for (int b = 0; b < NB; ++b)
+    for (int r = 0; r < G; ++r) y[r * N + n + b] = _mm512_reduce_add_ps(acc[b][r]);
+}
+
 void q4_columns(const float* x, const uint8_t* codes, const float* d, const float* m, float* y, int64_t M,
                 int64_t N, int64_t K, int64_t n0, int64_t n1, float* w) {
   const int64_t nb = K / 32;
+  if (M <= GROUP) {
+    for (int64_t n = n0; n < n1; n += NB) switch (M) {
+      case 1: q4_pass<1>(x, codes, d, m, y, N, K, n); break;
+      case 2: q4_pass<2>(x, codes, d, m, y, N, K, n); break;
+      case 3: q4_pass<3>(x, codes, d, m, y, N, K, n); break;
+      default: q4_pass<GROUP>(x, codes, d, m, y, N, K, n); break;
+    }
+    return;
+  }
   for (int64_t n = n0; n < n1; n += NB) {
     for (int b = 0; b < NB; ++b) q4_row(codes + (n + b) * (K / 2), d + (n + b) * nb, m + (n + b) * nb, w + b * K, K);
     int64_t r = 0;
@@ -173,6 +214,177 @@ void q4_columns(const float* x, const uint8_t* codes, const float* d, const floa
     }
   }
 }
+
+
+// ---- a whole Llama decoder layer for a few rows (eagle2/cpu/layer.py, `FusedLlamaLayer`) ----------------------
+// transformers' layer is some forty PyTorch operations, each dispatched from Python; for one to 32 rows of a
+// small model most of a forward is that dispatch. Here the layer's own operations run in one call: RMSNorm,
+// q/k/v through the row kernel (float32 weights or their exact four-bit codes), rotary, the new keys and values
+// written into the cache's spare room, attention over the cache with the tree mask, o_proj, the residual, RMSNorm,
+// gate/up, SiLU, down, the residual. The linear layers are the row kernel's sums; the norms, the softmax and
+// the attention sums are float32 in an order of their own (not PyTorch's), so results can differ from the stock
+// layer in the last bits (README, guarantees).
+struct Lin {
+  const float* w = nullptr;       // float32 (N, K), or
+  const uint8_t* codes = nullptr;  // four-bit codes with d and m (q4_row)
+  const float* d = nullptr;
+  const float* m = nullptr;
+  int64_t N = 0, K = 0;
+};
+
+Lin lin_of(const torch::Tensor& w, const torch::Tensor& codes, const torch::Tensor& d, const torch::Tensor& m) {
+  TORCH_CHECK(w.scalar_type() == torch::kFloat && w.dim() == 2 && w.is_contiguous(), "contiguous float32 weight");
+  Lin L;
+  L.N = w.size(0);
+  L.K = w.size(1);
+  L.w = w.data_ptr<float>();
+  if (codes.numel()) {
+    TORCH_CHECK(codes.size(0) == L.N && codes.size(1) * 2 == L.K && L.N % NB == 0 && L.K % 32 == 0, "codes shape");
+    L.codes = codes.data_ptr<uint8_t>();
+    L.d = d.data_ptr<float>();
+    L.m = m.data_ptr<float>();
+  }
+  return L;
+}
+
+void lin_run(const float* x, const Lin& L, float* y, int64_t M) {
+  if (L.codes == nullptr) return run(x, L.w, y, M, L.N, L.K);
+  at::parallel_for(0, L.N / NB, 16, [&](int64_t b0, int64_t b1) {
+    std::vector<float> w(M <= GROUP ? 0 : NB * L.K);
+    q4_columns(x, L.codes, L.d, L.m, y, M, L.N, L.K, b0 * NB, b1 * NB, w.data());
+  });
+}
+
+// sum_j a_j b_j: sixteen lanes of fused multiply-adds, then the lanes (D a multiple of 16), else in turn.
+inline float dot_product(const float* a, const float* b, int64_t D) {
+  if (D % 16) {
+    float s = 0.0f;
+    for (int64_t j = 0; j < D; ++j) s += a[j] * b[j];
+    return s;
+  }
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t j = 0; j < D; j += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + j), _mm512_loadu_ps(b + j), acc);
+  return _mm512_reduce_add_ps(acc);
+}
+
+void rms_norm(const float* x, const float* weight, float eps, float* out, int64_t M, int64_t H) {
+  for (int64_t i = 0; i < M; ++i) {
+    const float* r = x + i * H;
+    const float ss = dot_product(r, r, H);
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(H) + eps);
+    for (int64_t j = 0; j < H; ++j) out[i * H + j] = weight[j] * (r[j] * inv);
+  }
+}
+
+// x * cos + rotate_half(x) * sin for every head of every row (x (M, heads * D), cos and sin (M, D)).
+void rotary(float* x, const float* cos, const float* sin, int64_t M, int64_t heads, int64_t D) {
+  const int64_t half = D / 2;
+  std::vector<float> t(D);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x + (i * heads + h) * D;
+      const float *c = cos + i * D, *s = sin + i * D;
+      for (int64_t j = 0; j < half; ++j) t[j] = v[j] * c[j] - v[j + half] * s[j];
+      for (int64_t j = half; j < D; ++j) t[j] = v[j] * c[j] + v[j - half] * s[j];
+      std::copy(t.begin(), t.end(), v);
+    }
+}
+
+}  // namespace
+
+// One decoder layer over M rows of x (M, H); keys and values are written at positions [past, past + M) of
+// kbuf/vbuf (kv_heads, room, D); mask (M, past + M), bool (true: attend) or additive float, or empty for causal.
+// lins: for q, k, v, o, gate, up, down in turn, (float32 weight, codes, d, m) with empty codes for float32.
+torch::Tensor llama_layer(const torch::Tensor& x, const torch::Tensor& norm1, const torch::Tensor& norm2, double eps,
+                          const std::vector<torch::Tensor>& lins, const torch::Tensor& cos, const torch::Tensor& sin,
+                          const torch::Tensor& kbuf, const torch::Tensor& vbuf, int64_t past, const torch::Tensor& mask,
+                          double scaling, int64_t heads, int64_t kv_heads) {
+  TORCH_CHECK(x.scalar_type() == torch::kFloat && x.dim() == 2 && x.is_contiguous(), "x: contiguous float32 (M, H)");
+  TORCH_CHECK(lins.size() == 28, "seven linear layers, four tensors each");
+  const int64_t M = x.size(0), H = x.size(1), D = kbuf.size(2), room = kbuf.size(1), T = past + M;
+  TORCH_CHECK(kbuf.is_contiguous() && vbuf.is_contiguous() && kbuf.sizes() == vbuf.sizes() && kbuf.size(0) == kv_heads,
+              "key and value buffers (kv_heads, room, D)");
+  TORCH_CHECK(T <= room, "no room in the cache for ", M, " rows");
+  TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous() && cos.numel() == M * D && sin.numel() == M * D, "cos, sin");
+  TORCH_CHECK(heads % kv_heads == 0, "heads a multiple of kv_heads");
+  const bool has_mask = mask.numel() > 0, bool_mask = has_mask && mask.scalar_type() == torch::kBool;
+  TORCH_CHECK(!has_mask || (mask.is_contiguous() && mask.numel() == M * T &&
+                            (bool_mask || mask.scalar_type() == torch::kFloat)), "mask (M, past + M), bool or float32");
+  Lin L[7];
+  for (int i = 0; i < 7; ++i) L[i] = lin_of(lins[4 * i], lins[4 * i + 1], lins[4 * i + 2], lins[4 * i + 3]);
+  const int64_t I = L[4].N;
+  TORCH_CHECK(L[0].N == heads * D && L[1].N == kv_heads * D && L[2].N == kv_heads * D && L[3].N == H && L[5].N == I &&
+              L[6].N == H && L[0].K == H && L[6].K == I, "projection shapes");
+  auto opts = x.options();
+  auto h = torch::empty({M, H}, opts), q = torch::empty({M, heads * D}, opts), k = torch::empty({M, kv_heads * D}, opts),
+       v = torch::empty({M, kv_heads * D}, opts), o = torch::empty({M, heads * D}, opts), out = torch::empty({M, H}, opts),
+       g = torch::empty({M, I}, opts), u = torch::empty({M, I}, opts);
+  float *xp = x.data_ptr<float>(), *hp = h.data_ptr<float>(), *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(),
+        *vp = v.data_ptr<float>(), *op = o.data_ptr<float>(), *yp = out.data_ptr<float>(), *gp = g.data_ptr<float>(),
+        *up = u.data_ptr<float>();
+  float *kb = kbuf.data_ptr<float>(), *vb = vbuf.data_ptr<float>();
+  rms_norm(xp, norm1.data_ptr<float>(), static_cast<float>(eps), hp, M, H);
+  lin_run(hp, L[0], qp, M);
+  lin_run(hp, L[1], kp, M);
+  lin_run(hp, L[2], vp, M);
+  rotary(qp, cos.data_ptr<float>(), sin.data_ptr<float>(), M, heads, D);
+  rotary(kp, cos.data_ptr<float>(), sin.data_ptr<float>(), M, kv_heads, D);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t c = 0; c < kv_heads; ++c) {
+      std::copy(kp + (i * kv_heads + c) * D, kp + (i * kv_heads + c + 1) * D, kb + (c * room + past + i) * D);
+      std::copy(vp + (i * kv_heads + c) * D, vp + (i * kv_heads + c + 1) * D, vb + (c * room + past + i) * D);
+    }
+  const float scale = static_cast<float>(scaling);
+  const bool* mb = bool_mask ? mask.data_ptr<bool>() : nullptr;
+  const float* mf = has_mask && !bool_mask ? mask.data_ptr<float>() : nullptr;
+  const int64_t group = heads / kv_heads;
+  at::parallel_for(0, heads * M, 1, [&](int64_t a0, int64_t a1) {
+    std::vector<float> p(T);
+    for (int64_t a = a0; a < a1; ++a) {
+      const int64_t hq = a / M, i = a % M, c = hq / group;
+      const float* qv = qp + (i * heads + hq) * D;
+      const float* keys = kb + c * room * D;
+      const float* vals = vb + c * room * D;
+      float best = -INFINITY;
+      for (int64_t t = 0; t < T; ++t) {
+        bool keep = mb ? mb[i * T + t] : (mf ? true : t <= past + i);
+        float s = -INFINITY;
+        if (keep) {
+          const float dot = dot_product(qv, keys + t * D, D);
+          s = dot * scale + (mf ? mf[i * T + t] : 0.0f);
+        }
+        p[t] = s;
+        best = std::max(best, s);
+      }
+      float* ov = op + (i * heads + hq) * D;
+      std::fill(ov, ov + D, 0.0f);
+      if (best == -INFINITY) continue;  // nothing to attend to: zeros
+      float sum = 0.0f;
+      for (int64_t t = 0; t < T; ++t) {
+        const float e = p[t] == -INFINITY ? 0.0f : std::exp(p[t] - best);
+        p[t] = e;
+        sum += e;
+      }
+      const float inv = 1.0f / sum;
+      for (int64_t t = 0; t < T; ++t)
+        if (p[t] != 0.0f) {
+          const float w = p[t] * inv;
+          for (int64_t j = 0; j < D; ++j) ov[j] += w * vals[t * D + j];
+        }
+    }
+  });
+  lin_run(op, L[3], yp, M);
+  for (int64_t j = 0; j < M * H; ++j) yp[j] += xp[j];   // x + attention
+  rms_norm(yp, norm2.data_ptr<float>(), static_cast<float>(eps), hp, M, H);
+  lin_run(hp, L[4], gp, M);
+  lin_run(hp, L[5], up, M);
+  for (int64_t j = 0; j < M * I; ++j) gp[j] = gp[j] / (1.0f + std::exp(-gp[j])) * up[j];
+  lin_run(gp, L[6], hp, M);
+  for (int64_t j = 0; j < M * H; ++j) yp[j] += hp[j];   // + mlp
+  return out;
+}
+
+namespace {
 
 }  // namespace
 
@@ -256,7 +468,7 @@ torch::Tensor q4_linear(const torch::Tensor& x, const torch::Tensor& codes, cons
   const uint8_t* cp = codes.data_ptr<uint8_t>();
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, N / NB, 16, [&](int64_t b0, int64_t b1) {
-    std::vector<float> w(NB * K);  // this thread's block of weight rows, expanded
+    std::vector<float> w(M <= GROUP ? 0 : NB * K);  // this thread's block of weight rows, expanded
     q4_columns(xp, cp, dp, mp, yp, M, N, K, b0 * NB, b1 * NB, w.data());
   });
   if (bias.has_value() && bias->defined()) y.add_(*bias);
@@ -309,6 +521,7 @@ std::vector<torch::Tensor> q4_recode(const torch::Tensor& weight) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("q8_linear", &q8_linear, "float32 x @ (scale * q).T (+ bias) for int8 rows q");
   m.def("q8_upper", &q8_upper, "upper bounds on x @ w.T from int8 rows");
+  m.def("llama_layer", &llama_layer, "one Llama decoder layer over a few rows, the cache written in place");
   m.def("q4_linear", &q4_linear, "float32 x @ w.T (+ bias) for four-bit weights that hold w exactly");
   m.def("q4_recode", &q4_recode, "four-bit codes that hold a float32 weight exactly, or empty codes");
   m.def("rows_linear", &rows_linear, "float32 x @ w.T (+ bias) for a few rows; rows independent");

@@ -1,0 +1,136 @@
+"""The fused few-row Llama layer (eagle2/cpu/layer.py with `fused`, `llama_layer` in the row kernel's extension):
+the stock layer's numbers up to float32 rounding in every kind of step the engine takes, the cache written as
+the stock update writes it, the same greedy tokens, and the lean path wherever it does not apply."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from eagle2 import cpu
+from eagle2.config import DecodeConfig
+from eagle2.cpu import rows as rowkernel
+from eagle2.decode.cache import new_cache
+from eagle2.decode.engine import Decoder
+from eagle2.decode.tree import tree_inputs
+from tests.conftest import CharTokenizer, tiny_target
+from tests.test_q4 import q4_1_like
+
+pytestmark = pytest.mark.skipif(rowkernel.why_not() is not None, reason=f"row kernel not here: {rowkernel.why_not()}")
+
+PLAN = cpu.KernelPlan(onednn=True, stock_rows=0, own_rows=32)
+# (rows, tree parents or None): one-row steps (mask of one row), trees (additive masks), causal multi-row steps
+STEPS = ((1, None), (4, [-1, 0, 0, 1]), (2, None), (1, None), (6, [-1, 0, 0, 1, 1, 2]), (3, None))
+
+
+class Counting:
+    """The compiled module, counting its fused-layer calls."""
+
+    def __init__(self, module):
+        self.module, self.calls = module, 0
+
+    def __getattr__(self, name):
+        return getattr(self.module, name)
+
+    def llama_layer(self, *args):
+        self.calls += 1
+        return self.module.llama_layer(*args)
+
+
+@pytest.fixture
+def counting(monkeypatch):
+    module = rowkernel.load()
+    if module is None:
+        pytest.fail(f"the row kernel should build on this machine: {rowkernel.failure()}")
+    proxy = Counting(module)
+    monkeypatch.setattr(rowkernel, "load", lambda: proxy)
+    return proxy
+
+
+def models(four_bit: bool):
+    """(stock, fused): the same tiny Llama, the second with FastLinears and fused layers; with `four_bit` its
+    weights are GGUF-Q4_1-like values, so the fused layer reads four-bit codes."""
+    stock = tiny_target(vocab=32, std=0.5)
+    if four_bit:
+        with torch.no_grad():
+            for i, lin in enumerate(m for m in stock.model.layers.modules() if type(m) is torch.nn.Linear):
+                lin.weight.copy_(q4_1_like(*lin.weight.shape, seed=i) * 4)
+    fused = copy.deepcopy(stock)
+    cpu.accelerate(fused, PLAN)
+    assert cpu.swap_layers(fused) == 2 and all(layer.fused for layer in fused.model.layers)
+    assert (cpu.four_bit_layers(fused)[0] == 14) == four_bit
+    return stock, fused
+
+
+def steps(model):
+    """Hidden states and the cache's keys and values after a prefill and STEPS, as the engine feeds the target."""
+    torch.manual_seed(3)
+    cache, out = new_cache(model.config), []
+    with torch.inference_mode():
+        r = model.model(input_ids=torch.randint(0, 32, (1, 9)), cache=cache, use_cache=True)
+        for n, parents in STEPS:
+            extra = {}
+            if parents:
+                ti = tree_inputs(parents, cache.get_seq_length(), torch.float32, torch.device("cpu"))
+                extra = dict(attention_mask=ti.mask, position_ids=ti.position_ids)
+            r = model.model(input_ids=torch.randint(0, 32, (1, n)), cache=cache, use_cache=True,
+                            output_hidden_states=True, **extra)
+            out += [r.last_hidden_state, *r.hidden_states]
+    return out, [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
+
+
+@pytest.mark.parametrize("four_bit", [False, True])
+def test_fused_layers_give_the_stock_numbers_in_every_kind_of_step(counting, four_bit):
+    stock, fused = models(four_bit)
+    (a, ca), (b, cb) = steps(stock), steps(fused)
+    assert counting.calls == 2 * len(STEPS)  # every step after the prefill ran fused, in both layers
+    assert len(a) == len(b)
+    def close(y, x):  # float32 sums in another order, through two layers of large weights (a wrong rotary,
+        # mask or cache position is off by the values' own size)
+        torch.testing.assert_close(y, x, atol=1e-4 * float(x.abs().max()), rtol=1e-4)
+
+    for x, y in zip(a, b):
+        close(y, x)
+    for (k1, v1), (k2, v2) in zip(ca, cb):
+        assert k1.shape == k2.shape
+        close(k2, k1)
+        close(v2, v1)
+
+
+def test_fused_layers_give_the_same_greedy_tokens(counting):
+    from eagle2.heads.eagle import new_head
+
+    stock, fused = models(four_bit=True)
+    plain = Decoder(stock, new_head(stock, seed=1), CharTokenizer())
+    fast = Decoder(fused, new_head(stock, seed=1), CharTokenizer())
+    for method in ("vanilla", "eagle2", "eagle1"):
+        cfg = DecodeConfig(method=method, max_new_tokens=40, total_tokens=6, depth=3)
+        want = [t for r in plain.run([1, 2, 3, 4], cfg) for t in r.new_tokens]
+        got = [t for r in fast.run([1, 2, 3, 4], cfg) for t in r.new_tokens]
+        assert got == want, method
+    assert counting.calls > 0
+
+
+def test_the_lean_path_runs_where_the_fused_one_does_not_apply(counting):
+    stock, fused = models(four_bit=False)
+    layer = fused.model.layers[0]
+    with torch.inference_mode():
+        x = torch.randn(2, 3, 64)                   # a batch of two
+        pos = fused.model.rotary_emb(x, torch.arange(3)[None])
+        layer(x, position_embeddings=pos, cache=new_cache(fused.config))
+        long = torch.randn(1, rowkernel.MAX_ROWS + 1, 64)   # more rows than the kernel takes (a prefill)
+        pos = fused.model.rotary_emb(long, torch.arange(long.shape[1])[None])
+        layer(long, position_embeddings=pos, cache=new_cache(fused.config))
+        one = torch.randn(1, 1, 64)                  # a cache that was never filled: no room to write in
+        layer(one, position_embeddings=fused.model.rotary_emb(one, torch.arange(1)[None]), cache=new_cache(fused.config))
+    assert counting.calls == 0
+    x = torch.randn(1, 2, 64, requires_grad=True)    # autograd: transformers' own forward
+    pos = fused.model.rotary_emb(x, torch.arange(2)[None])
+    layer(x, position_embeddings=pos).sum().backward()
+    assert x.grad is not None and counting.calls == 0
+    assert "fused" in repr(fused.model.layers[0])
+    off = copy.deepcopy(stock)
+    cpu.accelerate(off, PLAN)
+    cpu.swap_layers(off, fused=False)
+    assert not any(layer.fused for layer in off.model.layers)
