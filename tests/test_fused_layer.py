@@ -134,3 +134,34 @@ def test_the_lean_path_runs_where_the_fused_one_does_not_apply(counting):
     cpu.accelerate(off, PLAN)
     cpu.swap_layers(off, fused=False)
     assert not any(layer.fused for layer in off.model.layers)
+
+
+def test_a_tree_row_gets_the_bits_of_one_row_steps_along_its_path(counting):
+    """Each row's norms, attention and sums are its own (masked keys add exact zeros), so a verified node has
+    the bits that decoding its path one token at a time gives: a near tie at the argmax resolves the same way in
+    every method of ours."""
+    _, fused = models(four_bit=True)
+    torch.manual_seed(5)
+    prompt, tokens, parents = torch.randint(0, 32, (1, 7)), [5, 9, 11, 3, 8], [-1, 0, 0, 1, 2]
+
+    def prefilled():
+        cache = new_cache(fused.config)
+        fused.model(input_ids=prompt, cache=cache, use_cache=True)
+        return cache
+
+    with torch.inference_mode():
+        cache = prefilled()
+        ti = tree_inputs(parents, cache.get_seq_length(), torch.float32, torch.device("cpu"))
+        tree = fused.model(input_ids=torch.tensor([tokens]), attention_mask=ti.mask, position_ids=ti.position_ids,
+                           cache=cache, use_cache=True).last_hidden_state[0]
+        for node in range(len(tokens)):
+            path, i = [], node
+            while i >= 0:
+                path.insert(0, i)
+                i = parents[i]
+            cache = prefilled()
+            for i in path:  # one row at a time, as plain decoding feeds it
+                ti = tree_inputs([-1], cache.get_seq_length(), torch.float32, torch.device("cpu"))
+                h = fused.model(input_ids=torch.tensor([[tokens[i]]]), attention_mask=ti.mask,
+                                position_ids=ti.position_ids, cache=cache, use_cache=True).last_hidden_state[0, 0]
+            assert torch.equal(h, tree[node]), node

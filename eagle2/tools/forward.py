@@ -39,10 +39,15 @@ def bandwidth_gbs(mb: int = BUFFER_MB, reps: int = 7) -> float:
     return x.numel() * 4 / statistics.median(times) / 1e9
 
 
-def weight_bytes(bundle) -> int:
+def weight_bytes(bundle, stock: bool = False) -> int:
     """Bytes one greedy target forward reads: every weight its layers multiply by (the buffers its kernels read,
-    such as a packed or int8 copy, in place of the float32 one they replace), the embedding row aside; with the
-    bounded argmax (`bundle.greedy`), its int8 (or bf16) bounds in place of the lm_head."""
+    such as int8 rows or exact four-bit codes, in place of the float32 one they replace), the embedding row aside;
+    with the bounded argmax (`bundle.greedy`), its int8 (or bf16) bounds in place of the lm_head. `stock`: the
+    float32 weights of every layer and of the lm_head instead, as a stock forward reads them."""
+    if stock:  # every 2-D weight a layer multiplies by (the lm_head's too), the embedding aside
+        return sum(m.weight.numel() * m.weight.element_size() for m in bundle.target.modules()
+                   if not isinstance(m, torch.nn.Embedding) and isinstance(getattr(m, "weight", None), torch.Tensor)
+                   and m.weight.dim() == 2)
     total = 0
     head = bundle.target.get_output_embeddings()
     bounds = getattr(getattr(bundle.greedy, "bounds", None), "q", None)
@@ -55,11 +60,11 @@ def weight_bytes(bundle) -> int:
             continue
         own = list(module.named_parameters(recurse=False)) + list(module.named_buffers(recurse=False))
         tensors = {n: t for n, t in own if t is not None}
-        if "q" in tensors:  # an int8 FastLinear reads its int8 rows
+        if "q" in tensors or "codes" in tensors:  # an int8 FastLinear reads its int8 rows, a four-bit one its codes
             tensors.pop("weight", None)
         tensors.pop("packed", None)  # oneDNN's packed copy serves prefill; decoding's rows read the weight
         total += sum(t.numel() * t.element_size() for t in tensors.values() if t.dtype.is_floating_point
-                     or t.dtype == torch.int8)
+                     or t.dtype in (torch.int8, torch.uint8))
     return total
 
 
@@ -69,19 +74,23 @@ def report(bundle, rows=ROWS) -> dict:
     ids = encode_prompt(bundle.tokenizer, warmup_texts(1)[0])
     ms = time_verify(dec, ids, tuple(rows))
     gbs = bandwidth_gbs()
-    nbytes = weight_bytes(bundle)
-    limit_ms = nbytes / (gbs * 1e9) * 1e3
+    nbytes, stock = weight_bytes(bundle), weight_bytes(bundle, stock=True)
+    limit_ms, stock_ms = nbytes / (gbs * 1e9) * 1e3, stock / (gbs * 1e9) * 1e3
     return {"device": bundle.describe(), "context": VERIFY_CONTEXT, "bandwidth_gbs": round(gbs, 1),
             "weight_mb": round(nbytes / 2**20, 1), "limit_ms": round(limit_ms, 2),
-            "rows": {str(n): {"ms": round(t, 2), "of_limit": round(limit_ms / t, 3)} for n, t in ms.items()}}
+            "float32_weight_mb": round(stock / 2**20, 1), "float32_limit_ms": round(stock_ms, 2),
+            "rows": {str(n): {"ms": round(t, 2), "of_limit": round(limit_ms / t, 3),
+                              "of_float32_limit": round(stock_ms / t, 3)} for n, t in ms.items()}}
 
 
 def format_report(r: dict) -> str:
     lines = [r["device"],
              f"memory read at {r['bandwidth_gbs']} GB/s; the weights one forward reads, {r['weight_mb']} MB, "
-             f"take {r['limit_ms']} ms at that rate (the limit); cache of {r['context']} tokens",
-             "rows  ms/forward  limit/actual"]
-    lines += [f"{n:>4}  {v['ms']:>10.2f}  {v['of_limit']:>12.0%}" for n, v in r["rows"].items()]
+             f"take {r['limit_ms']} ms at that rate (the limit); the float32 weights, {r['float32_weight_mb']} MB, "
+             f"{r['float32_limit_ms']} ms; cache of {r['context']} tokens",
+             "rows  ms/forward  limit/actual  float32 limit/actual"]
+    lines += [f"{n:>4}  {v['ms']:>10.2f}  {v['of_limit']:>12.0%}  {v['of_float32_limit']:>20.0%}"
+              for n, v in r["rows"].items()]
     return "\n".join(lines)
 
 
