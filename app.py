@@ -27,7 +27,7 @@ from app_parts.settings import (CUSTOM, CUT, MAX_PROMPT_CHARS, PAGE_MAX_NEW, SIZ
                                 load_examples, page_flags, run_budget_s, static_tree, tree_choices)
 from app_parts.views import LABELS, analysis_views, metrics_markdown, text_view, tree_view, warm_up
 from eagle2.config import ASSETS, LIMITS, DecodeConfig
-from eagle2.loading import Bundle
+from eagle2.loading import Bundle, prepare_kernels
 
 try:  # ZeroGPU on Hugging Face Spaces; a plain CPU or GPU machine has no `spaces` package
     import spaces
@@ -550,6 +550,7 @@ def calm_queue(demo: gr.Blocks) -> gr.Blocks:
 
 
 if __name__ == "__main__":
+    prepare_kernels()  # the row kernel builds while the page starts, not during a visitor's first run
     calm_queue(build_demo().queue(default_concurrency_limit=1)).launch(
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), **launch_options())

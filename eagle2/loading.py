@@ -235,6 +235,12 @@ def check_full_attention(config) -> None:
                          "layer, so it runs full-attention models only")
 
 
+def prepare_kernels() -> None:
+    """Start building this machine's CPU kernels in the background (a page at launch, so that no visitor waits
+    for the build: about 30 s, once per machine and version); a load meanwhile waits for that one build."""
+    cpu.build_in_background()
+
+
 def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", kernels: str = "auto",
          draft_dtype: str = "auto", dtype: str = "float32") -> Bundle:
     """Load target + head. `head=None` takes the shipped head for the embedded model, else a random one.
@@ -269,6 +275,8 @@ def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", k
         cpu.use_tree_sdpa(target)  # on CUDA a masked grouped-head SDPA falls back to the slow math kernel
         cpu.use_tree_sdpa(h)
     lean = cpu.swap_layers(target) if dev.type == "cpu" and kernels != "torch" else 0
+    if lean:
+        cpu.swap_layers(h)  # an EAGLE-1/2 head's layer (int8 or float32 rows) runs fused too
     int8_rows = head_dtype == "int8"
     fused = lean and all(getattr(layer, "fused", False) for layer in target.model.layers)
     kernels = plan.describe() + ("; fused Llama layers (1 to 32 rows)" if fused else "; lean Llama layers" if lean else "")

@@ -258,3 +258,23 @@ def test_a_row_kernel_build_killed_halfway_does_not_hang_the_next_generate(tmp_p
     nxt = subprocess.run([sys.executable, "-c", "from eagle2.cpu import rows; print(rows.load() is not None)"],
                          env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=300)
     assert nxt.stdout.strip() == "True", nxt.stderr[-2000:]  # and the next start uses it
+
+
+def test_a_background_build_and_a_first_run_share_one_build(monkeypatch):
+    """The page starts the row kernel's build at launch (`loading.prepare_kernels`); a run that loads meanwhile
+    waits for that build instead of starting a second one."""
+    calls = []
+
+    def slow_build():
+        calls.append(time.monotonic())
+        time.sleep(0.3)
+        rows._state["module"], rows._state["failure"] = "built", None
+        return "built"
+
+    monkeypatch.setattr(rows, "_state", {})
+    monkeypatch.setattr(rows, "_load", slow_build)
+    thread = rows.in_background()
+    time.sleep(0.05)
+    assert rows.load() == "built" and len(calls) == 1
+    thread.join(5)
+    assert not thread.is_alive() and len(calls) == 1

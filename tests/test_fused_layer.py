@@ -165,3 +165,37 @@ def test_a_tree_row_gets_the_bits_of_one_row_steps_along_its_path(counting):
                 h = fused.model(input_ids=torch.tensor([[tokens[i]]]), attention_mask=ti.mask,
                                 position_ids=ti.position_ids, cache=cache, use_cache=True).last_hidden_state[0, 0]
             assert torch.equal(h, tree[node]), node
+
+
+@pytest.mark.parametrize("int8_rows", [False, True])
+def test_a_draft_heads_layer_runs_fused_with_its_own_rows(counting, int8_rows):
+    """An EAGLE head's layer (no input norm; float32 or int8 rows) drafts as its lean layer does, and the output
+    stays plain greedy decoding's."""
+    from eagle2.heads.eagle import new_head
+
+    stock, fused = models(four_bit=True)
+    lean_head, fused_head = new_head(stock, seed=1), new_head(stock, seed=1)
+    for h, fuse in ((lean_head, False), (fused_head, True)):
+        cpu.accelerate(h, PLAN, int8_rows=int8_rows)
+        assert cpu.swap_layers(h, fused=fuse) == 1 and h.layers[0].fused == fuse
+    torch.manual_seed(2)
+    feats, mask_len = torch.randn(1, 5, 64), 5
+    from eagle2.decode.tree import additive_mask
+    mask = additive_mask(torch.ones(mask_len, mask_len, dtype=torch.bool).tril(), 0, torch.float32)
+    outs = []
+    with torch.inference_mode():
+        for h in (lean_head, fused_head):
+            cache = new_cache(h.config)
+            ids, pos = torch.tensor([[1, 2, 3, 4, 5]]), torch.arange(5)[None]
+            h(ids[:, :2], feats[:, :2], mask[..., :2, :2], pos[:, :2], cache)     # fills the cache (lean path)
+            outs.append(h(ids[:, 2:], feats[:, 2:], mask[..., 2:, :], pos[:, 2:], cache))
+    assert counting.calls == 1
+    torch.testing.assert_close(outs[1], outs[0], atol=1e-4 * float(outs[0].abs().max()), rtol=1e-4)
+    plain = Decoder(stock, lean_head, CharTokenizer())
+    fast = Decoder(fused, fused_head, CharTokenizer())
+    cfg = DecodeConfig(method="eagle2", max_new_tokens=30, total_tokens=6, depth=3)
+    want = [t for r in Decoder(stock, lean_head, CharTokenizer()).run([1, 2, 3], DecodeConfig(method="vanilla",
+                                                                                              max_new_tokens=30))
+            for t in r.new_tokens]
+    assert [t for r in fast.run([1, 2, 3], cfg) for t in r.new_tokens] == want
+    assert [t for r in plain.run([1, 2, 3], cfg) for t in r.new_tokens] == want

@@ -185,10 +185,11 @@ def test_lean_layers_compute_the_stock_layers_numbers_bit_for_bit():
     assert x.grad is not None and torch.isfinite(x.grad).all()
 
 
-def test_a_heads_trimmed_layer_and_other_dtypes_are_left_alone():
+def test_a_heads_layer_is_swapped_and_other_dtypes_are_left_alone():
     from eagle2.heads.eagle import new_head
 
     target = tiny_target()
     head = new_head(target, seed=1)
-    assert cpu.swap_layers(head) == 0  # its layer has no input norm: not a stock layer
+    assert cpu.swap_layers(head) == 1  # its layer, without an input norm, is swapped too
+    assert not head.layers[0]._input_norm
     assert cpu.swap_layers(copy.deepcopy(target).to(torch.float64)) == 0

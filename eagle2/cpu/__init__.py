@@ -18,9 +18,11 @@ from .linear import FastLinear
 from .onednn import available
 from .plan import KERNELS, KernelPlan, plan_for
 from .rows import failure as row_kernel_failure
+from .rows import in_background as build_in_background
 
-__all__ = ["KERNELS", "FastLinear", "KernelPlan", "LeanLlamaLayer", "accelerate", "draft_linear", "exact_greedy",
-           "four_bit_layers", "plan_for", "row_kernel_failure", "swap_layers", "use_tree_sdpa"]
+__all__ = ["KERNELS", "FastLinear", "KernelPlan", "LeanLlamaLayer", "accelerate", "build_in_background",
+           "draft_linear", "exact_greedy", "four_bit_layers", "plan_for", "row_kernel_failure", "swap_layers",
+           "use_tree_sdpa"]
 
 
 def accelerate(model: torch.nn.Module, plan: KernelPlan, int8_rows: bool = False, four_bit: bool = True) -> int:

@@ -14,8 +14,8 @@ With `fused` (the default where the row kernel builds), a forward of 1 to 32 row
 (`llama_layer` in eagle2/cpu/csrc/rows_linear.cpp): the same weights and the same linear sums (float32 rows or
 their exact four-bit codes), with the norms, rotary, softmax and attention sums in float32 in an order of their
 own, so its output can differ from the stock layer's in the last bits; greedy output is checked against
-transformers' on every bench prompt. Anything else (prefill, autograd, a batch, a cache without room) takes
-the lean path above.
+transformers' on every bench prompt. An EAGLE-1/2 head's layer (no input norm, int8 rows) is swapped and fused
+too. Anything else (prefill, autograd, a batch, a cache without room) takes the lean path above.
 """
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ class LeanLlamaLayer(LlamaDecoderLayer):
         self.gradient_checkpointing = False
         self.self_attn, self.mlp = stock.self_attn, stock.mlp
         self.input_layernorm, self.post_attention_layernorm = stock.input_layernorm, stock.post_attention_layernorm
+        self._input_norm = not isinstance(stock.input_layernorm, nn.Identity)  # an EAGLE head's layer has none
         cfg = stock.self_attn.config
         self.fused = (fused and rowkernel.load() is not None and getattr(cfg, "hidden_act", None) == "silu"
                       and float(getattr(cfg, "attention_dropout", 0.0) or 0.0) == 0.0)
@@ -62,11 +63,11 @@ class LeanLlamaLayer(LlamaDecoderLayer):
         if built is not None and all(a is b for a, b in zip(built, fast)):
             return tensors
         tensors = []
-        for lin, f in zip(lins, fast):
+        for lin, f in zip(lins, fast):  # f: (weight, bias, packed, int8 rows, their scales, four-bit codes)
             if not isinstance(lin, FastLinear) or f[1] is not None or f[0].dtype != torch.float32:
                 tensors = None
                 break
-            codes = f[5] or (_NONE_U8, _NONE_F32, _NONE_F32)
+            codes = f[5] or ((f[3], f[4], _NONE_F32) if f[3] is not None else (_NONE_U8, _NONE_F32, _NONE_F32))
             tensors += [f[0].detach().contiguous(), *codes]
         self.__dict__["_pack"] = (fast, tensors)
         return tensors
@@ -96,8 +97,9 @@ class LeanLlamaLayer(LlamaDecoderLayer):
         cos, sin = position_embeddings
         cfg = attn.config
         out = rowkernel.load().llama_layer(
-            x[0].contiguous(), self.input_layernorm.weight, self.post_attention_layernorm.weight,
-            self.input_layernorm.variance_epsilon, lins, cos[0].contiguous(), sin[0].contiguous(), kbuf[0], vbuf[0],
+            x[0].contiguous(), self.input_layernorm.weight if self._input_norm else _NONE_F32,
+            self.post_attention_layernorm.weight, self.post_attention_layernorm.variance_epsilon, lins,
+            cos[0].contiguous(), sin[0].contiguous(), kbuf[0], vbuf[0],
             past, _NONE_F32 if mask is None else mask.contiguous(), attn.scaling, cfg.num_attention_heads,
             cfg.num_key_value_heads)
         layer.filled(past + rows)
@@ -117,7 +119,7 @@ class LeanLlamaLayer(LlamaDecoderLayer):
                 return out
         attn, mlp = self.self_attn, self.mlp
         x = hidden_states                                        # (B, T, H)
-        h = _rms_norm(x, self.input_layernorm)
+        h = _rms_norm(x, self.input_layernorm) if self._input_norm else x
         shape = (*x.shape[:-1], -1, attn.head_dim)
         q = attn.q_proj(h).view(shape).transpose(1, 2)           # (B, heads, T, D)
         k = attn.k_proj(h).view(shape).transpose(1, 2)           # (B, kv_heads, T, D)
@@ -136,10 +138,12 @@ class LeanLlamaLayer(LlamaDecoderLayer):
 
 
 def swappable(layer: nn.Module) -> bool:
-    """A stock LlamaDecoderLayer (not a subclass, not a head's trimmed layer) with float32 CPU weights."""
+    """A stock LlamaDecoderLayer (not a subclass; an EAGLE head's, without its input norm, too) with float32 CPU
+    weights."""
     if type(layer) is not LlamaDecoderLayer:
         return False
-    norms = (layer.input_layernorm, layer.post_attention_layernorm)
+    norms = (layer.post_attention_layernorm,) + (
+        () if isinstance(layer.input_layernorm, nn.Identity) else (layer.input_layernorm,))  # an EAGLE head's
     if not all(hasattr(n, "variance_epsilon") and hasattr(n, "weight") for n in norms):
         return False
     w = layer.self_attn.q_proj.weight

@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,6 +40,7 @@ SOURCE = Path(__file__).with_name("csrc") / "rows_linear.cpp"
 log = logging.getLogger(__name__)
 
 _state: dict[str, object] = {}
+_lock = threading.Lock()  # one build or load per process (a page's background build and its first run)
 
 
 def why_not() -> str | None:
@@ -96,9 +98,25 @@ def build_turn(folder: Path, wait: float) -> Iterator[bool]:
 
 
 def load():
-    """The compiled module, or None (and the reason in `failure()`); built once per process."""
+    """The compiled module, or None (and the reason in `failure()`); built once per process. Threads wait for
+    one another: a page that starts the build in the background at launch (`in_background`) and its first run
+    share one build."""
     if "module" in _state:
         return _state["module"]
+    with _lock:
+        if "module" in _state:
+            return _state["module"]
+        return _load()
+
+
+def in_background() -> threading.Thread:
+    """Start `load` in a daemon thread (a page at launch: the kernel is built while nobody waits for it)."""
+    thread = threading.Thread(target=load, name="eagle2-row-kernel", daemon=True)
+    thread.start()
+    return thread
+
+
+def _load():
     module, reason = None, why_not()
     if reason is None:
         try:
@@ -107,6 +125,10 @@ def load():
             folder = build_dir()
             with build_turn(folder, wait_s()) as stale:
                 if not stale:
+                    so = folder / f"{NAME}.so"
+                    if not so.exists() or so.stat().st_mtime < SOURCE.stat().st_mtime:  # a build, not a load
+                        print("eagle2: building the row kernel (once per machine and version, about 30 s)...",
+                              file=sys.stderr, flush=True)
                     module = cpp_extension.load(name=NAME, sources=[str(SOURCE)], build_directory=str(folder),
                                                 extra_cflags=["-O3", "-mavx512f", "-fopenmp"],
                                                 extra_ldflags=["-fopenmp"], verbose=False)

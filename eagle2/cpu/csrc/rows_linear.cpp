@@ -225,29 +225,44 @@ void q4_columns(const float* x, const uint8_t* codes, const float* d, const floa
 // the attention sums are float32 in an order of their own (not PyTorch's), so results can differ from the stock
 // layer in the last bits (README, guarantees).
 struct Lin {
-  const float* w = nullptr;       // float32 (N, K), or
-  const uint8_t* codes = nullptr;  // four-bit codes with d and m (q4_row)
-  const float* d = nullptr;
+  const float* w = nullptr;        // float32 (N, K), or
+  const uint8_t* codes = nullptr;  // four-bit codes with d and m (q4_row), or
+  const int8_t* q8 = nullptr;      // int8 rows with a scale each (a draft head's: q8_block)
+  const float* d = nullptr;        // d, or the int8 rows' scales
   const float* m = nullptr;
   int64_t N = 0, K = 0;
 };
 
+// (weight, codes, d, m): codes uint8 for four-bit codes, int8 for int8 rows (d their scales), empty for float32.
 Lin lin_of(const torch::Tensor& w, const torch::Tensor& codes, const torch::Tensor& d, const torch::Tensor& m) {
   TORCH_CHECK(w.scalar_type() == torch::kFloat && w.dim() == 2 && w.is_contiguous(), "contiguous float32 weight");
   Lin L;
   L.N = w.size(0);
   L.K = w.size(1);
   L.w = w.data_ptr<float>();
-  if (codes.numel()) {
+  if (codes.numel() && codes.scalar_type() == torch::kByte) {
     TORCH_CHECK(codes.size(0) == L.N && codes.size(1) * 2 == L.K && L.N % NB == 0 && L.K % 32 == 0, "codes shape");
+    TORCH_CHECK(d.numel() == L.N * (L.K / 32) && m.numel() == d.numel(), "one d and one m per block");
     L.codes = codes.data_ptr<uint8_t>();
     L.d = d.data_ptr<float>();
     L.m = m.data_ptr<float>();
+  } else if (codes.numel()) {
+    TORCH_CHECK(codes.scalar_type() == torch::kChar && codes.sizes() == w.sizes() && L.N % NB == 0 && L.K % 16 == 0,
+                "int8 rows shaped like the weight");
+    TORCH_CHECK(d.scalar_type() == torch::kFloat && d.numel() == L.N, "a scale per int8 row");
+    L.q8 = codes.data_ptr<int8_t>();
+    L.d = d.data_ptr<float>();
   }
   return L;
 }
 
 void lin_run(const float* x, const Lin& L, float* y, int64_t M) {
+  if (L.q8 != nullptr) {
+    at::parallel_for(0, L.N / NB, 16, [&](int64_t b0, int64_t b1) {
+      for (int64_t i = b0; i < b1; ++i) q8_block(x, L.q8, L.d, nullptr, nullptr, nullptr, y, M, L.N, L.K, i * NB);
+    });
+    return;
+  }
   if (L.codes == nullptr) return run(x, L.w, y, M, L.N, L.K);
   at::parallel_for(0, L.N / NB, 16, [&](int64_t b0, int64_t b1) {
     std::vector<float> w(M <= GROUP ? 0 : NB * L.K);
@@ -294,7 +309,8 @@ void rotary(float* x, const float* cos, const float* sin, int64_t M, int64_t hea
 
 // One decoder layer over M rows of x (M, H); keys and values are written at positions [past, past + M) of
 // kbuf/vbuf (kv_heads, room, D); mask (M, past + M), bool (true: attend) or additive float, or empty for causal.
-// lins: for q, k, v, o, gate, up, down in turn, (float32 weight, codes, d, m) with empty codes for float32.
+// lins: for q, k, v, o, gate, up, down in turn, (float32 weight, codes, d, m) as `lin_of` reads them. An empty
+// norm1: no input norm (an EAGLE draft head's layer).
 torch::Tensor llama_layer(const torch::Tensor& x, const torch::Tensor& norm1, const torch::Tensor& norm2, double eps,
                           const std::vector<torch::Tensor>& lins, const torch::Tensor& cos, const torch::Tensor& sin,
                           const torch::Tensor& kbuf, const torch::Tensor& vbuf, int64_t past, const torch::Tensor& mask,
@@ -323,7 +339,10 @@ torch::Tensor llama_layer(const torch::Tensor& x, const torch::Tensor& norm1, co
         *vp = v.data_ptr<float>(), *op = o.data_ptr<float>(), *yp = out.data_ptr<float>(), *gp = g.data_ptr<float>(),
         *up = u.data_ptr<float>();
   float *kb = kbuf.data_ptr<float>(), *vb = vbuf.data_ptr<float>();
-  rms_norm(xp, norm1.data_ptr<float>(), static_cast<float>(eps), hp, M, H);
+  if (norm1.numel())
+    rms_norm(xp, norm1.data_ptr<float>(), static_cast<float>(eps), hp, M, H);
+  else  // an EAGLE head's layer has no input norm
+    std::copy(xp, xp + M * H, hp);
   lin_run(hp, L[0], qp, M);
   lin_run(hp, L[1], kp, M);
   lin_run(hp, L[2], vp, M);
