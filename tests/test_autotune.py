@@ -177,3 +177,15 @@ def test_a_smaller_top_k_replays_what_the_engine_accepts(tiny):
             exact += got == want
             below += got < want
     assert exact >= 0.9 * (exact + below)
+
+
+def test_drafting_is_priced_at_the_width_a_tree_can_expand():
+    """A level of an n-node EAGLE-2 tree expands at most min(top-k, n - 1) nodes; its drafting cost lies between
+    the chain's and the full width's timings, linear in the width, and never outside them."""
+    from eagle2.tools.autotune import draft_cost
+
+    by_width = {1: {1: 2.0, 2: 4.0}, 10: {1: 2.0, 2: 13.0}}
+    assert draft_cost(by_width, 2, 1) == 4.0 and draft_cost(by_width, 2, 10) == 13.0
+    assert draft_cost(by_width, 2, 4) == pytest.approx(7.0)       # 4 + 9 * 3 / 9
+    assert draft_cost(by_width, 2, 40) == 13.0 and draft_cost(by_width, 2, 0) == 4.0
+    assert draft_cost({4: {3: 5.0}}, 3, 2) == 5.0                 # one width timed: its cost

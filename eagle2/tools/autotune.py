@@ -134,14 +134,33 @@ def time_drafting(dec: Decoder, prompt_ids: list[int], cfg: DecodeConfig, depths
     drafted in full at `cfg`'s top-k over 16 new tokens of one prompt, made non-decreasing in depth. The depths
     take turns within each of `rounds` rounds, as `time_verify`'s sizes do, so that a slow spell of the machine
     costs every depth alike."""
-    ms: dict[int, list[float]] = {d: [] for d in depths}
+    return time_drafting_by_width(dec, prompt_ids, cfg, depths, (cfg.top_k,), say, rounds)[cfg.top_k]
+
+
+def time_drafting_by_width(dec: Decoder, prompt_ids: list[int], cfg: DecodeConfig, depths, widths, say=None,
+                           rounds: int = DRAFT_ROUNDS) -> dict[int, dict[int, float]]:
+    """`time_drafting` with each level expanding `w` nodes (top-k `w`, drafted in full) for each of `widths`:
+    {w: {depth: ms}}. The widths and depths take turns within each round."""
+    ms: dict[tuple[int, int], list[float]] = {(w, d): [] for w in widths for d in depths}
     for _ in range(rounds):
-        for d in depths:
-            if say:
-                say(d)
-            steps = _timed_steps(dec, prompt_ids, replace(cfg, depth=d, max_new_tokens=16), prune=False)
-            ms[d] += [t - r.verify_ms for r, t in steps]
-    return monotone({d: statistics.median(v) for d, v in ms.items()})
+        for w in widths:
+            for d in depths:
+                if say:
+                    say(d)
+                steps = _timed_steps(dec, prompt_ids, replace(cfg, depth=d, top_k=w, max_new_tokens=16),
+                                     prune=False)
+                ms[w, d] += [t - r.verify_ms for r, t in steps]
+    return {w: monotone({d: statistics.median(ms[w, d]) for d in depths}) for w in widths}
+
+
+def draft_cost(by_width: dict[int, dict[int, float]], depth: int, width: int) -> float:
+    """ms of drafting `depth` levels that expand at most `width` nodes each, from `time_drafting_by_width`: linear
+    in the width between the narrowest and widest timed (a level's cost is mostly fixed: the head's call, its
+    lm_head rows and the top-k; each expanded node adds a row to each)."""
+    lo, hi = min(by_width), max(by_width)
+    w = min(max(width, lo), hi)
+    a, b = by_width[lo][depth], by_width[hi][depth]
+    return a if hi == lo else a + (b - a) * (w - lo) / (hi - lo)
 
 
 @dataclass(frozen=True)
@@ -223,13 +242,17 @@ def _options(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes, 
         say(f"tuning EAGLE-2: warm-up decode {i + 1}/{len(prompts)} ({big.total_tokens} nodes, depth {big.depth}"
             f"{vocab})")
         runs.append([r for r, _ in _timed_steps(dec, ids, big)])
-    # ms of a step outside verify at each depth: drafting, commit, building the record. Timed with every
-    # level fully drafted at the largest top-k: the early cut (`rerank.cutoff`) drafts less the fewer nodes
-    # are kept, so timing it at the smallest size would flatter the larger ones; the full cost is an upper
-    # bound for every size and top-k.
-    rest = time_drafting(dec, prompts[0], replace(big, total_tokens=min(sizes)), depths,
-                         lambda d: say(f"tuning EAGLE-2: timing drafting at depth {d}{vocab}"))
-    out = {"eagle2": [Option(n, d, replay_runs(runs, n, d, top_k=k), rest[d] + verify[n], top_k=k)
+    # ms of a step outside verify at each depth: drafting, commit, building the record, timed with every level
+    # drafted in full, one node wide (a chain) and as wide as the largest top-k. With the early cut
+    # (`rerank.cutoff`) a level of an n-node tree expands at most min(top-k, n - 1) nodes (no more can score
+    # above the cut), so each option is priced at that width, between the two timings (`draft_cost`): the full
+    # width alone would overprice narrow deep trees, EAGLE-2's, against EAGLE-1's, which are timed as cut.
+    by_width = time_drafting_by_width(dec, prompts[0], replace(big, total_tokens=min(sizes)), depths,
+                                      tuple(sorted({1, big.top_k})),
+                                      lambda d: say(f"tuning EAGLE-2: timing drafting at depth {d}{vocab}"))
+    rest = by_width[big.top_k]
+    out = {"eagle2": [Option(n, d, replay_runs(runs, n, d, top_k=k),
+                             draft_cost(by_width, d, min(k, n - 1)) + verify[n], top_k=k)
                       for n in sizes for d in depths for k in top_ks]}
     if sized:
         out["eagle2_sized"] = [replace(o, top_k=big.top_k) for o in floor_options(
