@@ -235,10 +235,12 @@ def check_full_attention(config) -> None:
                          "layer, so it runs full-attention models only")
 
 
-def prepare_kernels() -> None:
+def prepare_kernels():
     """Start building this machine's CPU kernels in the background (a page at launch, so that no visitor waits
     for the build: about 30 s, once per machine and version); a load meanwhile waits for that one build."""
-    cpu.build_in_background()
+    from . import cpu
+
+    return cpu.build_in_background()  # the thread
 
 
 def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", kernels: str = "auto",

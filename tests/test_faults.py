@@ -273,7 +273,9 @@ def test_a_background_build_and_a_first_run_share_one_build(monkeypatch):
 
     monkeypatch.setattr(rows, "_state", {})
     monkeypatch.setattr(rows, "_load", slow_build)
-    thread = rows.in_background()
+    from eagle2.loading import prepare_kernels
+
+    thread = prepare_kernels()  # what app.py calls at launch
     time.sleep(0.05)
     assert rows.load() == "built" and len(calls) == 1
     thread.join(5)
