@@ -2,8 +2,9 @@
 
 Live pass: EAGLE-2 and EAGLE-1 decode one step each in turn, so that EAGLE-2's step k stands beside EAGLE-1's
 step k, and the page redraws both panels in one update at most every LIVE_EVERY_S, each with its newest step
-(never a backlog of old ones). Nothing of it is timed: building, serialising and sending figures share the
-cores with the decoder.
+(never a backlog of old ones), decoding at most one step per LIVE_STEP_S so that the trees can be watched on a
+fast machine. Nothing of it is timed: building, serialising and sending figures share the cores with the
+decoder.
 
 Timed pass: the same decodes again (plain decoding too), with nothing drawn meanwhile. The methods take turns
 step by step, the first of each round rotating, so that no method is favoured by coming first or by whatever
@@ -42,6 +43,7 @@ from eagle2.tools.profile import check_profile
 log = logging.getLogger(__name__)
 STATUS_EVERY_S = 1.0   # how often the status line reports progress in the timed pass and while loading
 LIVE_EVERY_S = 0.25    # the live pass redraws both trees at most 4 times a second, each time their newest steps
+LIVE_STEP_S = 0.1      # and decodes at most 10 steps a second, so that a fast machine's trees can still be watched
 SETTLE_S = 0.3         # a pause between the passes: the browser finishes drawing the last live frame first
 
 Progress = Callable[[float, str], None]
@@ -137,6 +139,7 @@ def _live_pass(session: Session, gens: dict[str, Iterator], control: RunControl,
         if budget and budget.over():
             cut = True
             break
+        began = time.perf_counter()
         for m in list(active):
             rec = next(active[m], None)
             if rec is None:
@@ -147,6 +150,9 @@ def _live_pass(session: Session, gens: dict[str, Iterator], control: RunControl,
             shown = [session.last_step(m) for m in gens]
             yield live_update(session, _live_status(session), show_pruned)
             drawn = clock()  # after the page took the update: at least LIVE_EVERY_S of decoding between redraws
+        rest = LIVE_STEP_S - (time.perf_counter() - began)
+        if active and rest > 0:  # untimed pass: pacing it changes no number on the page
+            time.sleep(rest)
     if shown != [session.last_step(m) for m in gens]:  # the newest steps, if the last redraw did not show them
         yield live_update(session, _live_status(session), show_pruned)
     return cut
