@@ -50,18 +50,21 @@ inline void pass(const float* x, const float* w, float* y, int64_t N, int64_t K,
 }
 
 // Output columns [n0, n1) (a multiple of NB) for all M rows.
-void columns(const float* x, const float* w, float* y, int64_t M, int64_t N, int64_t K, int64_t n0, int64_t n1) {
-  for (int64_t n = n0; n < n1; n += NB) {
-    const float* wn = w + n * K;
-    int64_t m = 0;
-    for (; m + GROUP <= M; m += GROUP) pass<GROUP>(x + m * K, wn, y + m * N, N, K, n, m == 0);
-    switch (M - m) {
-      case 1: pass<1>(x + m * K, wn, y + m * N, N, K, n, m == 0); break;
-      case 2: pass<2>(x + m * K, wn, y + m * N, N, K, n, m == 0); break;
-      case 3: pass<3>(x + m * K, wn, y + m * N, N, K, n, m == 0); break;
-      default: break;
-    }
+// All M rows times the block of NB weight rows wn (output columns n..n+NB), GROUP rows a pass; `prefetch`: the
+// first pass fetches the next block of weight rows.
+void block_rows(const float* x, const float* wn, float* y, int64_t M, int64_t N, int64_t K, int64_t n, bool prefetch) {
+  int64_t m = 0;
+  for (; m + GROUP <= M; m += GROUP) pass<GROUP>(x + m * K, wn, y + m * N, N, K, n, prefetch && m == 0);
+  switch (M - m) {
+    case 1: pass<1>(x + m * K, wn, y + m * N, N, K, n, prefetch && m == 0); break;
+    case 2: pass<2>(x + m * K, wn, y + m * N, N, K, n, prefetch && m == 0); break;
+    case 3: pass<3>(x + m * K, wn, y + m * N, N, K, n, prefetch && m == 0); break;
+    default: break;
   }
+}
+
+void columns(const float* x, const float* w, float* y, int64_t M, int64_t N, int64_t K, int64_t n0, int64_t n1) {
+  for (int64_t n = n0; n < n1; n += NB) block_rows(x, w + n * K, y, M, N, K, n, true);
 }
 
 // The last N % NB columns, one at a time (same per-element order as a full block).
@@ -119,6 +122,14 @@ void q8_block(const float* x, const int8_t* q, const float* scale, const float* 
                                                 : a + std::fabs(a) * 0x1p-22f + l1[m0 + m] * slack[n + b];
       }
   }
+}
+
+// y (M, N) = x (M, K) times int8 rows with their scales (+ bias), the output columns split between threads.
+void q8_run(const float* x, const int8_t* q, const float* scale, const float* bias, float* y, int64_t M, int64_t N,
+            int64_t K) {
+  at::parallel_for(0, N / NB, 16, [&](int64_t b0, int64_t b1) {
+    for (int64_t i = b0; i < b1; ++i) q8_block(x, q, scale, bias, nullptr, nullptr, y, M, N, K, i * NB);
+  });
 }
 
 
@@ -204,15 +215,17 @@ void q4_columns(const float* x, const uint8_t* codes, const float* d, const floa
   }
   for (int64_t n = n0; n < n1; n += NB) {
     for (int b = 0; b < NB; ++b) q4_row(codes + (n + b) * (K / 2), d + (n + b) * nb, m + (n + b) * nb, w + b * K, K);
-    int64_t r = 0;
-    for (; r + GROUP <= M; r += GROUP) pass<GROUP>(x + r * K, w, y + r * N, N, K, n, false);
-    switch (M - r) {
-      case 1: pass<1>(x + r * K, w, y + r * N, N, K, n, false); break;
-      case 2: pass<2>(x + r * K, w, y + r * N, N, K, n, false); break;
-      case 3: pass<3>(x + r * K, w, y + r * N, N, K, n, false); break;
-      default: break;
-    }
+    block_rows(x, w, y, M, N, K, n, false);
   }
+}
+
+// y (M, N) = x (M, K) times the weights four-bit codes stand for, the output columns split between threads.
+void q4_run(const float* x, const uint8_t* codes, const float* d, const float* m, float* y, int64_t M, int64_t N,
+            int64_t K) {
+  at::parallel_for(0, N / NB, 16, [&](int64_t b0, int64_t b1) {
+    std::vector<float> w(M <= GROUP ? 0 : NB * K);  // this thread's block of weight rows, expanded
+    q4_columns(x, codes, d, m, y, M, N, K, b0 * NB, b1 * NB, w.data());
+  });
 }
 
 
@@ -257,17 +270,9 @@ Lin lin_of(const torch::Tensor& w, const torch::Tensor& codes, const torch::Tens
 }
 
 void lin_run(const float* x, const Lin& L, float* y, int64_t M) {
-  if (L.q8 != nullptr) {
-    at::parallel_for(0, L.N / NB, 16, [&](int64_t b0, int64_t b1) {
-      for (int64_t i = b0; i < b1; ++i) q8_block(x, L.q8, L.d, nullptr, nullptr, nullptr, y, M, L.N, L.K, i * NB);
-    });
-    return;
-  }
+  if (L.q8 != nullptr) return q8_run(x, L.q8, L.d, nullptr, y, M, L.N, L.K);
   if (L.codes == nullptr) return run(x, L.w, y, M, L.N, L.K);
-  at::parallel_for(0, L.N / NB, 16, [&](int64_t b0, int64_t b1) {
-    std::vector<float> w(M <= GROUP ? 0 : NB * L.K);
-    q4_columns(x, L.codes, L.d, L.m, y, M, L.N, L.K, b0 * NB, b1 * NB, w.data());
-  });
+  q4_run(x, L.codes, L.d, L.m, y, M, L.N, L.K);
 }
 
 // sum_j a_j b_j: sixteen lanes of fused multiply-adds, then the lanes (D a multiple of 16), else in turn.
@@ -461,9 +466,7 @@ torch::Tensor q8_linear(const torch::Tensor& x, const torch::Tensor& q, const to
   const int8_t* qp = q.data_ptr<int8_t>();
   const float *sp = scale.data_ptr<float>(), *bp = has_bias ? b.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
-  at::parallel_for(0, N / NB, 16, [&](int64_t b0, int64_t b1) {
-    for (int64_t i = b0; i < b1; ++i) q8_block(xp, qp, sp, bp, nullptr, nullptr, yp, M, N, K, i * NB);
-  });
+  q8_run(xp, qp, sp, bp, yp, M, N, K);
   auto shape = x.sizes().vec();
   shape.back() = N;
   return y.view(shape);
@@ -486,10 +489,7 @@ torch::Tensor q4_linear(const torch::Tensor& x, const torch::Tensor& codes, cons
   const float *xp = x2.data_ptr<float>(), *dp = d.data_ptr<float>(), *mp = m.data_ptr<float>();
   const uint8_t* cp = codes.data_ptr<uint8_t>();
   float* yp = y.data_ptr<float>();
-  at::parallel_for(0, N / NB, 16, [&](int64_t b0, int64_t b1) {
-    std::vector<float> w(M <= GROUP ? 0 : NB * K);  // this thread's block of weight rows, expanded
-    q4_columns(xp, cp, dp, mp, yp, M, N, K, b0 * NB, b1 * NB, w.data());
-  });
+  q4_run(xp, cp, dp, mp, yp, M, N, K);
   if (bias.has_value() && bias->defined()) y.add_(*bias);
   auto shape = x.sizes().vec();
   shape.back() = N;
