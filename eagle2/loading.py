@@ -280,10 +280,7 @@ def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", k
     if lean:
         cpu.swap_layers(h)  # an EAGLE-1/2 head's layer (int8 or float32 rows) runs fused too
     int8_rows = head_dtype == "int8"
-    fused = lean and all(getattr(layer, "fused", False) for layer in target.model.layers)
-    kernels = plan.describe() + ("; fused Llama layers (1 to 32 rows)" if fused else "; lean Llama layers" if lean else "")
-    four, four_bytes = cpu.four_bit_layers(target)
-    kernels += f"; {four} layers from exact four-bit codes (+{four_bytes / 1e6:.0f} MB)" if four else ""
+    kernels = cpu.describe(plan, target, lean)
     if dev.type == "cpu" and cpu.row_kernel_failure():  # the line says which kernels run, and why not ours
         kernels += f"; row kernel off: {cpu.row_kernel_failure()}"
     return Bundle(target=target, tokenizer=tok, head=h, device=dev, dtype=dtype,

@@ -21,7 +21,7 @@ from .rows import failure as row_kernel_failure
 from .rows import in_background as build_in_background
 
 __all__ = ["KERNELS", "FastLinear", "KernelPlan", "LeanLlamaLayer", "accelerate", "build_in_background",
-           "draft_linear", "exact_greedy", "four_bit_layers", "plan_for", "row_kernel_failure", "swap_layers",
+           "describe", "draft_linear", "exact_greedy", "four_bit_layers", "plan_for", "row_kernel_failure", "swap_layers",
            "use_tree_sdpa"]
 
 
@@ -45,6 +45,14 @@ def four_bit_layers(model: torch.nn.Module) -> tuple[int, int]:
     """(how many of `model`'s FastLinears run from exact four-bit codes, the bytes those codes take)."""
     fast = [m for m in model.modules() if isinstance(m, FastLinear) and m.codes is not None]
     return len(fast), sum(t.numel() * t.element_size() for m in fast for t in (m.codes, m.d, m.m))
+
+
+def describe(plan: KernelPlan, target: torch.nn.Module, lean: int) -> str:
+    """The kernels in words: the plan, the layer kind (`lean`: how many were swapped) and the four-bit layers."""
+    fused = lean and all(getattr(layer, "fused", False) for layer in target.model.layers)
+    four, four_bytes = four_bit_layers(target)
+    return (plan.describe() + ("; fused Llama layers (1 to 32 rows)" if fused else "; lean Llama layers" if lean else "")
+            + (f"; {four} layers from exact four-bit codes (+{four_bytes / 1e6:.0f} MB)" if four else ""))
 
 
 def draft_linear(plan: KernelPlan, int8_rows: bool = False) -> Callable[[torch.Tensor], torch.nn.Module]:

@@ -46,11 +46,9 @@ def variant(name: str, model: str, head: str | None):
     lean = (cpu.swap_layers(bundle.target, fused=name not in ("no fused layers", "no row kernel"))
             if name != "no lean layers" else 0)
     greedy = None if name == "no bounded argmax" else cpu.exact_greedy(bundle.target.get_output_embeddings())
-    fused = lean and all(layer.fused for layer in bundle.target.model.layers)
-    four = cpu.four_bit_layers(bundle.target)[0]
-    described = (plan.describe() + ("; fused Llama layers" if fused else "; lean Llama layers" if lean else "")
-                 + (f"; {four} layers from four-bit codes" if four else ""))
-    return replace(bundle, kernels=described, draft_dtype="int8" if int8_rows else "float32",
+    if lean:  # the head's layer too, as `load` swaps it
+        cpu.swap_layers(bundle.head, fused=name not in ("no fused layers", "no row kernel"))
+    return replace(bundle, kernels=cpu.describe(plan, bundle.target, lean), draft_dtype="int8" if int8_rows else "float32",
                    draft_linear=cpu.draft_linear(plan, int8_rows), greedy=greedy)
 
 
