@@ -93,6 +93,60 @@ def test_the_int8_kernel_bounds_every_exact_score_from_above_as_its_formula_says
     assert float((u - a).max()) < 0.1 * float(a.abs().max())  # the slack is small next to the scores
 
 
+def _own_head(weight: torch.Tensor) -> FastLinear:
+    """An lm_head that runs up to 32 rows through the row kernel (the shortlist is then settled in the kernel)."""
+    lin = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+    lin.weight.data = weight
+    return FastLinear.from_linear(lin, stock_rows=0, own_rows=32).eval().requires_grad_(False)
+
+
+@pytest.mark.skipif(rowkernel.why_not() is not None, reason="needs the row kernel")
+def test_in_the_kernel_near_ties_settle_on_the_lm_heads_own_logits_and_equal_ones_on_the_lowest_token():
+    # Twins differ below the int8 rows' precision, and duplicated rows tie exactly: the shortlist's logits are
+    # summed in the lm_head's own order, so the twins are told apart without the full lm_head, and an exact tie
+    # goes to the lowest token id as torch.argmax breaks it.
+    lm_twins, h = _twins(4)
+    base = lm_twins.weight[:2000]
+    lm_dup = _own_head(torch.cat([base, base]).contiguous())   # token t and t + 2000: the same logit, always
+    lm_twins = _own_head(lm_twins.weight)
+    for lm in (lm_twins, lm_dup):
+        greedy = GreedyTokens(lm)
+        assert greedy.exact_rows == 32
+        with torch.inference_mode():
+            got = [t for i in range(0, 400, 16) for t in greedy(h[i:i + 16])]
+            exact = [int(lm(h[i:i + 1]).argmax()) for i in range(400)]
+        assert got == exact
+        assert greedy.settled >= 0.95 * greedy.rows   # near ties no longer send rows to the full lm_head
+    assert max(exact) < 2000  # every tie went to the first of the pair
+    old = GreedyTokens(lm_twins)
+    old.exact_rows = 0  # the same bounds through the rounding-gap check of any summation order
+    with torch.inference_mode():
+        old(h[:64])
+    assert old.settled < old.rows  # ... which could not settle the twins
+
+
+@pytest.mark.skipif(rowkernel.why_not() is not None, reason="needs the row kernel")
+def test_in_the_kernel_the_shortlist_bounds_every_token_outside_it_and_needs_its_slack():
+    torch.manual_seed(6)
+    w, h = torch.randn(4000, 128) * 0.05, torch.randn(12, 128) * 3
+    greedy = GreedyTokens(_own_head(w))
+    b = greedy.bounds
+    tokens, ok, short, bound = rowkernel.q8_greedy(h, b.q, b.scale, b.slack, greedy.w, greedy.k,
+                                                   greedy.gamma * greedy.norm32)
+    exact = h.double() @ w.double().T
+    assert bool(ok.all()) and tokens.tolist() == (h @ w.T).argmax(-1).tolist()
+    assert torch.equal(short[:, :-1].sort(-1).values, b(h).topk(greedy.k, dim=-1).indices.sort(-1).values)
+    outside = torch.ones_like(exact, dtype=torch.bool).scatter(1, short[:, :-1], False)
+    assert bool((exact[outside].view(12, -1) <= bound[:, -1:].double()).all())  # the (k+1)-th bound tops them
+    lm, h2 = _twins(7)
+    lm = _own_head(lm.weight)
+    greedy = GreedyTokens(lm, k=1)
+    greedy.bounds.slack.zero_()  # without the int8 rows' slack a shortlist of one settles wrong tokens
+    with torch.inference_mode():
+        got = [t for i in range(0, 400, 16) for t in greedy(h2[i:i + 16])]
+        assert got != lm(h2).argmax(-1).tolist()
+
+
 def test_it_applies_to_a_fast_lm_head_only_and_the_output_is_unchanged():
     from eagle2.heads.eagle import new_head
 

@@ -76,6 +76,8 @@ class GreedyTokens:
         self.bits = bits
         self.bounds = _Int8Bounds(w, self.gamma) if bits == 8 else _Bf16Bounds(w, self.gamma)
         self.norm32 = float(w.norm(dim=1).max())
+        # rows the lm_head runs through our row kernel, summing each logit in the kernel's own order
+        self.exact_rows = getattr(lm_head, "own_rows", 0) if bits == 8 and w.is_contiguous() else 0
         self.settled = self.rows = 0  # how often the shortlist alone decided (for benchmarks and tests)
 
     @staticmethod
@@ -93,8 +95,27 @@ class GreedyTokens:
         rho = self.gamma * torch.einsum("nh,nkh->nk", h.abs(), rows.abs())
         return exact, rho
 
+    def _in_kernel(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Tokens and which rows are settled, all in the row kernel (`rows.q8_greedy`), where the lm_head sums
+        these rows as that kernel does (its own rows: the shortlist's exact logits are then its own, bit for bit,
+        and only the bound on the tokens outside the shortlist can leave a row unsettled); else None."""
+        if self.bits != 8 or not self.exact_rows or h.shape[0] > self.exact_rows or h.dtype != torch.float32:
+            return None
+        b = self.bounds
+        tokens, ok, _, _ = rowkernel.q8_greedy(h, b.q, b.scale, b.slack, self.w, self.k, self.gamma * self.norm32)
+        return tokens, ok
+
     def __call__(self, h: torch.Tensor) -> list[int]:
         """(N, H) float32 features -> the float32 lm_head's argmax token of each row."""
+        fast = self._in_kernel(h)
+        if fast is not None:
+            tokens, ok = fast
+            self.rows += h.shape[0]
+            self.settled += int(ok.sum())
+            if not bool(ok.all()):
+                bad = (~ok).nonzero()[:, 0]
+                tokens[bad] = self.lm_head(h[bad]).argmax(dim=-1)
+            return tokens.tolist()
         u = self.bounds(h)                                                  # (N, V) upper bounds
         k = min(self.k, u.shape[1])
         top, idx = u.topk(min(k + 1, u.shape[1]), dim=-1)

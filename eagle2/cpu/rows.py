@@ -169,6 +169,15 @@ def q8_upper(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, slack: torch
     return load().q8_upper(x, q, scale, slack)
 
 
+def q8_greedy(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, slack: torch.Tensor, w: torch.Tensor, k: int,
+              spread: float) -> list[torch.Tensor]:
+    """(M, K) float32 x, int8 rows q (V, K) with their scale and slack, the float32 lm_head w -> tokens (M,),
+    settled (M,), the shortlist (M, k + 1) and its bounds: `q8_upper`'s bounds kept as a running top-(k + 1), the
+    shortlist's exact logits summed as this kernel sums them, the best with ties to the lowest token, settled
+    where it beats the (k + 1)-th bound plus `spread` |x|_2 (eagle2/cpu/argmax.py); `load()` not None."""
+    return load().q8_greedy(x, q, scale, slack, w, k, spread)
+
+
 def q8_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """float32 x @ (scale[:, None] * q).T (+ bias) for int8 rows q (eagle2/cpu/int8.py); `load()` not None."""
     return load().q8_linear(x, q, scale, bias)

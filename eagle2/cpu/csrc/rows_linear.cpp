@@ -287,6 +287,55 @@ inline float dot_product(const float* a, const float* b, int64_t D) {
   return _mm512_reduce_add_ps(acc);
 }
 
+// e^x, sixteen lanes: x = n ln2 + r with |r| <= ln2 / 2, e^r by Cephes' degree-6 polynomial (about 1 ulp),
+// times 2^n by scalef (0 below e^-104, which float32 cannot hold anyway). The same bits for a value whichever
+// row or lane it sits in, so rows stay independent of one another.
+inline __m512 exp16(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-104.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+// ov (16 V floats) = sum_t (p_t * inv) vals_t over the rows with p_t != 0, the sums kept in registers.
+template <int V>
+inline void weighted_sum(const float* p, float inv, const float* vals, int64_t T, float* ov) {
+  __m512 acc[V];
+  for (int v = 0; v < V; ++v) acc[v] = _mm512_setzero_ps();
+  for (int64_t t = 0; t < T; ++t)
+    if (p[t] != 0.0f) {
+      const __m512 w = _mm512_set1_ps(p[t] * inv);
+      for (int v = 0; v < V; ++v) acc[v] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vals + t * 16 * V + 16 * v), acc[v]);
+    }
+  for (int v = 0; v < V; ++v) _mm512_storeu_ps(ov + 16 * v, acc[v]);
+}
+
+// y_j = g_j / (1 + e^-g_j) * u_j (SiLU of the gate times the up projection), sixteen lanes at a time.
+void silu_mul(float* g, const float* u, int64_t n) {
+  int64_t j = 0;
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (; j + 16 <= n; j += 16) {
+    const __m512 v = _mm512_loadu_ps(g + j);
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), v));
+    _mm512_storeu_ps(g + j, _mm512_mul_ps(_mm512_div_ps(v, _mm512_add_ps(one, e)), _mm512_loadu_ps(u + j)));
+  }
+  if (j < n) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (n - j)) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(mask, g + j);
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), v));
+    _mm512_mask_storeu_ps(g + j, mask, _mm512_mul_ps(_mm512_div_ps(v, _mm512_add_ps(one, e)), _mm512_maskz_loadu_ps(mask, u + j)));
+  }
+}
+
 void rms_norm(const float* x, const float* weight, float eps, float* out, int64_t M, int64_t H) {
   for (int64_t i = 0; i < M; ++i) {
     const float* r = x + i * H;
@@ -383,18 +432,28 @@ torch::Tensor llama_layer(const torch::Tensor& x, const torch::Tensor& norm1, co
       float* ov = op + (i * heads + hq) * D;
       std::fill(ov, ov + D, 0.0f);
       if (best == -INFINITY) continue;  // nothing to attend to: zeros
-      float sum = 0.0f;
-      for (int64_t t = 0; t < T; ++t) {
-        const float e = p[t] == -INFINITY ? 0.0f : std::exp(p[t] - best);
-        p[t] = e;
-        sum += e;
+      // e^(s - best), 0 where masked, sixteen at a time; summed in key order (a tree node's keys sit at other
+      // positions than its path's do in one-row steps, so lanes would group them differently; zeros add nothing)
+      const __m512 top = _mm512_set1_ps(best), none = _mm512_set1_ps(-INFINITY);
+      for (int64_t t = 0; t < T; t += 16) {
+        const __mmask16 in = T - t >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (T - t)) - 1);
+        const __m512 s = _mm512_mask_loadu_ps(none, in, p.data() + t);
+        const __mmask16 keep = _mm512_cmp_ps_mask(s, none, _CMP_NEQ_OQ);
+        _mm512_mask_storeu_ps(p.data() + t, in, _mm512_maskz_mov_ps(keep, exp16(_mm512_sub_ps(s, top))));
       }
+      float sum = 0.0f;
+      for (int64_t t = 0; t < T; ++t) sum += p[t];
       const float inv = 1.0f / sum;
-      for (int64_t t = 0; t < T; ++t)
-        if (p[t] != 0.0f) {
-          const float w = p[t] * inv;
-          for (int64_t j = 0; j < D; ++j) ov[j] += w * vals[t * D + j];
-        }
+      if (D == 64)
+        weighted_sum<4>(p.data(), inv, vals, T, ov);
+      else if (D == 128)
+        weighted_sum<8>(p.data(), inv, vals, T, ov);
+      else
+        for (int64_t t = 0; t < T; ++t)
+          if (p[t] != 0.0f) {
+            const float w = p[t] * inv;
+            for (int64_t j = 0; j < D; ++j) ov[j] += w * vals[t * D + j];
+          }
     }
   });
   lin_run(op, L[3], yp, M);
@@ -402,7 +461,7 @@ torch::Tensor llama_layer(const torch::Tensor& x, const torch::Tensor& norm1, co
   rms_norm(yp, norm2.data_ptr<float>(), static_cast<float>(eps), hp, M, H);
   lin_run(hp, L[4], gp, M);
   lin_run(hp, L[5], up, M);
-  for (int64_t j = 0; j < M * I; ++j) gp[j] = gp[j] / (1.0f + std::exp(-gp[j])) * up[j];
+  silu_mul(gp, up, M * I);
   lin_run(gp, L[6], hp, M);
   for (int64_t j = 0; j < M * H; ++j) yp[j] += hp[j];   // + mlp
   return out;
@@ -537,11 +596,133 @@ std::vector<torch::Tensor> q4_recode(const torch::Tensor& weight) {
   return {codes, d, m};
 }
 
+// ---- the target's decoder layers in one call (eagle2/cpu/layer.py, `FusedStack`) ---------------------------------
+// A forward of a few rows called each layer's kernel from Python, thirty times, with the arguments gathered
+// again each time; the stack holds every layer's tensors and runs the layers one after another here, each
+// exactly as `llama_layer` (so the same bits).
+struct LlamaStack {
+  std::vector<torch::Tensor> norm1, norm2;
+  std::vector<std::vector<torch::Tensor>> lins;
+  double eps, scaling;
+  int64_t heads, kv_heads;
+
+  // layers: per layer [input norm (empty: none), post-attention norm, then the 28 tensors llama_layer takes]
+  LlamaStack(const std::vector<std::vector<torch::Tensor>>& layers, double eps, double scaling, int64_t heads,
+             int64_t kv_heads) : eps(eps), scaling(scaling), heads(heads), kv_heads(kv_heads) {
+    for (const auto& l : layers) {
+      TORCH_CHECK(l.size() == 30, "two norms and 28 linear tensors per layer");
+      norm1.push_back(l[0]);
+      norm2.push_back(l[1]);
+      lins.emplace_back(l.begin() + 2, l.end());
+    }
+  }
+
+  // x (M, H) through every layer; kbufs/vbufs: each layer's cache buffers (kv_heads, room, D), `past` filled.
+  torch::Tensor run(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
+                    const std::vector<torch::Tensor>& kbufs, const std::vector<torch::Tensor>& vbufs, int64_t past,
+                    const torch::Tensor& mask) const {
+    TORCH_CHECK(kbufs.size() == lins.size() && vbufs.size() == lins.size(), "a key and a value buffer per layer");
+    for (size_t i = 0; i < lins.size(); ++i)
+      x = llama_layer(x, norm1[i], norm2[i], eps, lins[i], cos, sin, kbufs[i], vbufs[i], past, mask, scaling, heads,
+                      kv_heads);
+    return x;
+  }
+};
+
+// ---- greedy tokens from int8 bounds, in one call (eagle2/cpu/argmax.py, `GreedyTokens`) ----------------------
+// For each row x_m: the upper bounds u_t of q8_upper on x_m . w_t for every token t, kept as a running shortlist
+// of the k + 1 highest instead of an (M, V) tensor; the shortlisted tokens' float32 logits computed exactly as
+// the row kernel computes them (sixteen lanes of fused multiply-adds over k in order, then the lane sum: `pass`),
+// so they are the lm_head's own values bit for bit; the best of them, ties to the lowest token id as
+// torch.argmax breaks them; and whether it provably beats every token outside the shortlist.
+namespace {
+
+struct Top {  // the n highest (value, token) offered, value descending; ties keep the first offered
+  std::vector<float> v;
+  std::vector<int64_t> t;
+  explicit Top(int64_t n) : v(n, -INFINITY), t(n, -1) {}
+  inline void offer(float u, int64_t tok) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    if (!(u > v[n - 1])) return;
+    int64_t j = n - 1;
+    for (; j > 0 && v[j - 1] < u; --j) { v[j] = v[j - 1]; t[j] = t[j - 1]; }
+    v[j] = u;
+    t[j] = tok;
+  }
+};
+
+}  // namespace
+
+// x (M, K) float32; q (V, K) int8 rows with scale and slack (V) as q8_upper reads them; w (V, K) the float32
+// lm_head; k shortlisted tokens; `spread` bounds the float32 rounding of any logit per unit of |x_m|_2.
+// -> (tokens (M,) int64, settled (M,) bool, the shortlist (M, k + 1) int64 and its bounds (M, k + 1) float32).
+std::vector<torch::Tensor> q8_greedy(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& scale,
+                                     const torch::Tensor& slack, const torch::Tensor& w, int64_t k, double spread) {
+  TORCH_CHECK(x.scalar_type() == torch::kFloat && x.dim() == 2 && q.scalar_type() == torch::kChar && q.dim() == 2,
+              "float32 x (M, K), int8 q (V, K)");
+  TORCH_CHECK(w.scalar_type() == torch::kFloat && w.sizes() == q.sizes() && w.is_contiguous() && q.is_contiguous(),
+              "float32 w shaped like q");
+  TORCH_CHECK(scale.is_contiguous() && slack.is_contiguous() && scale.numel() == q.size(0) &&
+              slack.numel() == q.size(0), "a scale and a slack per row");
+  const int64_t V = q.size(0), K = q.size(1), M = x.size(0);
+  TORCH_CHECK(x.size(1) == K && K % 16 == 0 && V % NB == 0 && k >= 1 && k < V, "shapes");
+  auto xc = x.contiguous();
+  auto l1 = xc.abs().sum(1).contiguous();                             // as q8_upper takes it
+  const float *xp = xc.data_ptr<float>(), *lp = l1.data_ptr<float>();
+  const int8_t* qp = q.data_ptr<int8_t>();
+  const float *sp = scale.data_ptr<float>(), *cp = slack.data_ptr<float>(), *wp = w.data_ptr<float>();
+  const int64_t k1 = k + 1, blocks = V / NB;
+  const int64_t chunks = std::min<int64_t>(blocks, std::max<int64_t>(1, at::get_num_threads()) * 8);
+  std::vector<Top> tops(chunks * M, Top(k1));
+  at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+    std::vector<float> ub(M * NB);
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t b = blocks * c / chunks; b < blocks * (c + 1) / chunks; ++b) {
+        const int64_t n = b * NB;  // q8_block's bounds for these NB tokens, every row
+        q8_block(xp, qp + n * K, sp + n, nullptr, cp + n, lp, ub.data(), M, NB, K, 0);
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t j = 0; j < NB; ++j) tops[c * M + m].offer(ub[m * NB + j], n + j);
+      }
+  });
+  auto tokens = torch::empty({M}, torch::kLong), settled = torch::empty({M}, torch::kBool);
+  auto short_t = torch::empty({M, k1}, torch::kLong), short_u = torch::empty({M, k1}, torch::kFloat);
+  int64_t *tp = tokens.data_ptr<int64_t>(), *stp = short_t.data_ptr<int64_t>();
+  float* sup = short_u.data_ptr<float>();
+  bool* okp = settled.data_ptr<bool>();
+  for (int64_t m = 0; m < M; ++m) {
+    Top all(k1);
+    for (int64_t c = 0; c < chunks; ++c)
+      for (int64_t j = 0; j < k1; ++j) all.offer(tops[c * M + m].v[j], tops[c * M + m].t[j]);
+    std::copy(all.t.begin(), all.t.end(), stp + m * k1);
+    std::copy(all.v.begin(), all.v.end(), sup + m * k1);
+    // the shortlist's exact logits, as the row kernel sums them; the best, ties to the lowest token id
+    float best = -INFINITY;
+    int64_t tok = -1;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t t = all.t[j];
+      if (t < 0) continue;
+      const float v = dot_product(xp + m * K, wp + t * K, K);
+      if (tok < 0 || v > best || (v == best && t < tok)) { best = v; tok = t; }
+    }
+    // no token outside the shortlist gets more than its bound plus the rounding from the float32 lm_head
+    double norm = 0;
+    for (int64_t i = 0; i < K; ++i) norm += static_cast<double>(xp[m * K + i]) * xp[m * K + i];
+    const double outside = static_cast<double>(all.v[k]) + spread * std::sqrt(norm) * (1 + 0x1p-40);
+    tp[m] = tok;
+    okp[m] = tok >= 0 && static_cast<double>(best) > outside;
+  }
+  return {tokens, settled, short_t, short_u};
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("q8_linear", &q8_linear, "float32 x @ (scale * q).T (+ bias) for int8 rows q");
   m.def("q8_upper", &q8_upper, "upper bounds on x @ w.T from int8 rows");
   m.def("llama_layer", &llama_layer, "one Llama decoder layer over a few rows, the cache written in place");
   m.def("q4_linear", &q4_linear, "float32 x @ w.T (+ bias) for four-bit weights that hold w exactly");
   m.def("q4_recode", &q4_recode, "four-bit codes that hold a float32 weight exactly, or empty codes");
+  m.def("q8_greedy", &q8_greedy, "greedy tokens from int8 bounds, a shortlist and its exact logits");
+  pybind11::class_<LlamaStack>(m, "LlamaStack")
+      .def(pybind11::init<const std::vector<std::vector<torch::Tensor>>&, double, double, int64_t, int64_t>())
+      .def("run", &LlamaStack::run, "the layers one after another over a few rows, caches written in place");
   m.def("rows_linear", &rows_linear, "float32 x @ w.T (+ bias) for a few rows; rows independent");
 }
