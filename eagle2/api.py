@@ -37,7 +37,7 @@ def decoder_for(bundle: Bundle) -> Decoder:
     if bundle not in _DECODERS:
         _DECODERS[bundle] = Decoder(bundle.target, bundle.head, bundle.tokenizer,
                                     draft_linear=getattr(bundle, "draft_linear", None),
-                                    greedy=getattr(bundle, "greedy", None))
+                                    greedy=getattr(bundle, "greedy", None), stack=getattr(bundle, "stack", None))
     return _DECODERS[bundle]
 
 

@@ -134,6 +134,7 @@ class Bundle:
     draft_dtype: str = ""           # how the head computes: "int8" (int8 weight rows) or a dtype's name
     draft_linear: Callable | None = None  # the layer scoring the draft's lm_head rows (eagle2/cpu), or None
     greedy: Callable | None = None        # the target's exact argmax by bounds (eagle2/cpu/argmax.py), or None
+    stack: Callable | None = None         # the target's layers in one kernel call (eagle2/cpu/layer.py), or None
     target_path: str = ""  # the folder or hub id the target's weights were loaded from ("": built in memory)
 
     @property
@@ -288,7 +289,8 @@ def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", k
                   head_name=_shown(getattr(h, "source", str(head))), kernels=kernels,
                   draft_dtype=head_dtype,
                   draft_linear=cpu.draft_linear(plan, int8_rows) if plan.onednn or int8_rows else None,
-                  greedy=cpu.exact_greedy(target.get_output_embeddings()), target_path=target.name_or_path)
+                  greedy=cpu.exact_greedy(target.get_output_embeddings()),
+                  stack=cpu.fused_stack(target) if lean else None, target_path=target.name_or_path)
 
 
 _STOCK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # bundle -> its stock target, freed with it

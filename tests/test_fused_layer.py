@@ -199,3 +199,57 @@ def test_a_draft_heads_layer_runs_fused_with_its_own_rows(counting, int8_rows):
             for t in r.new_tokens]
     assert [t for r in fast.run([1, 2, 3], cfg) for t in r.new_tokens] == want
     assert [t for r in plain.run([1, 2, 3], cfg) for t in r.new_tokens] == want
+
+
+def test_the_stack_runs_every_layer_in_one_call_with_the_same_bits(counting):
+    """`FusedStack`: the body's layers in one kernel call give the bits of the layer-by-layer fused calls, and the
+    caches the same keys and values, in every kind of step; where it does not apply it says so (None)."""
+    _, fused = models(four_bit=True)
+    stack = cpu.fused_stack(fused)
+    assert stack is not None
+    torch.manual_seed(4)
+    prompt = torch.randint(0, 32, (1, 9))
+    caches = [new_cache(fused.config), new_cache(fused.config)]
+    with torch.inference_mode():
+        for cache in caches:
+            fused.model(input_ids=prompt, cache=cache, use_cache=True)
+        assert stack(prompt[:, :1], None, torch.zeros(1, 1, dtype=torch.long), new_cache(fused.config)) is None
+        for n, parents in STEPS:
+            ids = torch.randint(0, 32, (1, n))
+            past = caches[0].get_seq_length()
+            if parents:
+                ti = tree_inputs(parents, past, torch.float32, torch.device("cpu"))
+                mask, pos = ti.mask, ti.position_ids
+            else:
+                mask, pos = None, torch.arange(past, past + n)[None]
+            calls = counting.calls
+            layered = fused.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=caches[0],
+                                  use_cache=True).last_hidden_state
+            assert counting.calls == calls + 2  # one fused call per layer
+            one = stack(ids, mask, pos, caches[1])
+            assert counting.calls == calls + 2  # ... and none for the stack: one call for both layers
+            assert one is not None and torch.equal(one, layered)
+            for a, b in zip(caches[0].layers, caches[1].layers):
+                assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+        too_many = torch.randint(0, 32, (1, rowkernel.MAX_ROWS + 1))
+        past = caches[1].get_seq_length()
+        assert stack(too_many, None, torch.arange(past, past + too_many.shape[1])[None], caches[1]) is None
+    with torch.enable_grad():
+        assert stack(ids, None, pos, caches[1]) is None  # autograd: the body's own forward
+    fused.model.layers[1].fused = False
+    assert cpu.fused_stack(fused) is None
+
+
+def test_a_decoder_with_the_stack_decodes_the_same_tokens_with_fewer_kernel_calls(counting):
+    from eagle2.heads.eagle import new_head
+
+    _, fused = models(four_bit=True)
+    head = new_head(fused, seed=2)
+    cfg = DecodeConfig(method="eagle2", max_new_tokens=24, total_tokens=6, depth=3)
+    runs = []
+    for stack in (None, cpu.fused_stack(fused)):
+        calls = counting.calls
+        dec = Decoder(fused, head, CharTokenizer(), stack=stack)
+        runs.append(([t for r in dec.run([1, 2, 3, 4], cfg) for t in r.new_tokens], counting.calls - calls))
+    assert runs[0][0] == runs[1][0] and len(runs[0][0]) == 24
+    assert runs[1][1] < runs[0][1]  # the target's layers ran in the stack's single call

@@ -2,8 +2,8 @@
 
 `accelerate(model, plan)` replaces every float32 `nn.Linear` of a model with a `FastLinear` (the module tree
 shows it); `swap_layers(model)` its stock Llama decoder layers with `LeanLlamaLayer`s (the same operations, less
-Python); `draft_linear` and `exact_greedy` give the decoder the layer that scores the draft's lm_head rows
-and the target's argmax, which it takes as plain callables. `plan_for` chooses the kernels once per machine.
+Python); `draft_linear`, `exact_greedy` and `fused_stack` give the decoder the layer that scores the draft's lm_head
+rows, the target's argmax and its decoder layers in one kernel call, which it takes as plain callables. `plan_for` chooses the kernels once per machine.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 
 from .argmax import GreedyTokens
 from .attention import use_tree_sdpa
-from .layer import LeanLlamaLayer, swap_layers
+from .layer import FusedStack, LeanLlamaLayer, swap_layers
 from .linear import FastLinear
 from .onednn import available
 from .plan import KERNELS, KernelPlan, plan_for
@@ -21,8 +21,8 @@ from .rows import failure as row_kernel_failure
 from .rows import in_background as build_in_background
 
 __all__ = ["KERNELS", "FastLinear", "KernelPlan", "LeanLlamaLayer", "accelerate", "build_in_background",
-           "describe", "draft_linear", "exact_greedy", "four_bit_layers", "plan_for", "row_kernel_failure", "swap_layers",
-           "use_tree_sdpa"]
+           "describe", "draft_linear", "exact_greedy", "four_bit_layers", "fused_stack", "plan_for", "row_kernel_failure",
+           "swap_layers", "use_tree_sdpa"]
 
 
 def accelerate(model: torch.nn.Module, plan: KernelPlan, int8_rows: bool = False, four_bit: bool = True) -> int:
@@ -63,3 +63,10 @@ def draft_linear(plan: KernelPlan, int8_rows: bool = False) -> Callable[[torch.T
 def exact_greedy(lm_head: torch.nn.Module) -> Callable[[torch.Tensor], list[int]] | None:
     """For the decoder: the target's exact argmax through a shortlist of int8 (or bf16) bounds, where it applies."""
     return GreedyTokens(lm_head) if GreedyTokens.applies(lm_head) else None
+
+
+def fused_stack(target: torch.nn.Module) -> Callable | None:
+    """For the decoder: the target body's fused layers in one kernel call for a few rows, where every layer is
+    fused (`swap_layers`), else None."""
+    body = getattr(target, getattr(target, "base_model_prefix", "model"), None)
+    return FusedStack(body) if body is not None and FusedStack.applies(body) else None

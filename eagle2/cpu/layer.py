@@ -158,3 +158,70 @@ def swap_layers(model: nn.Module, fused: bool = True) -> int:
     for parent, name, child in todo:
         setattr(parent, name, LeanLlamaLayer(child, fused))
     return len(todo)
+
+
+class FusedStack:
+    """A Llama body's decoder layers for a few rows in one kernel call (`rows_linear.cpp`, `LlamaStack`): the
+    embedding, the rotary tables and the final norm stay PyTorch's, the layers run one after another in the
+    kernel, each exactly as its own fused call would run it (the same bits), without going back to Python thirty
+    times a forward. `__call__` returns None where it does not apply (more rows, a batch, a cache without room,
+    a layer that is not fused); the caller then runs the body as usual."""
+
+    def __init__(self, body: nn.Module):
+        self.body = body
+        self.__dict__["_built"] = (None, None)  # (the layers' kernel tensors it was built from, the LlamaStack)
+
+    @staticmethod
+    def applies(body: nn.Module) -> bool:
+        """A Llama body whose every decoder layer is a fused LeanLlamaLayer."""
+        layers = getattr(body, "layers", None)
+        return (layers is not None and len(layers) > 0 and hasattr(body, "embed_tokens") and hasattr(body, "norm")
+                and hasattr(body, "rotary_emb") and all(isinstance(l, LeanLlamaLayer) and l.fused for l in layers))
+
+    def _stack(self):
+        packs = [layer._linears() for layer in self.body.layers]
+        built, stack = self.__dict__["_built"]
+        if built is not None and len(built) == len(packs) and all(a is b for a, b in zip(built, packs)):
+            return stack
+        if any(p is None for p in packs):
+            return None
+        layers = [[l.input_layernorm.weight if l._input_norm else _NONE_F32, l.post_attention_layernorm.weight, *p]
+                  for l, p in zip(self.body.layers, packs)]
+        first = self.body.layers[0]
+        attn, cfg = first.self_attn, first.self_attn.config
+        stack = rowkernel.load().LlamaStack(layers, first.post_attention_layernorm.variance_epsilon, attn.scaling,
+                                            cfg.num_attention_heads, cfg.num_key_value_heads)
+        self.__dict__["_built"] = (packs, stack)
+        return stack
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor,
+                 cache) -> torch.Tensor | None:
+        """The body's post-norm features (1, T, H) for input_ids (1, T) at position_ids, with attention_mask
+        (1, 1, T, past + T) additive or None (causal), keys and values written into `cache`; or None."""
+        rows = input_ids.shape[-1]
+        if (input_ids.dim() != 2 or input_ids.shape[0] != 1 or rows > rowkernel.MAX_ROWS or torch.is_grad_enabled()
+                or cache is None or not hasattr(cache, "layers") or len(cache.layers) != len(self.body.layers)):
+            return None
+        mask = None
+        if attention_mask is not None:
+            if (attention_mask.dim() != 4 or attention_mask.shape[:3] != (1, 1, rows)
+                    or attention_mask.dtype not in (torch.bool, torch.float32)):
+                return None
+            mask = attention_mask[0, 0].contiguous()
+        stack = self._stack()
+        if stack is None:
+            return None
+        spaces = [layer.room(rows) if hasattr(layer, "room") else None for layer in cache.layers]
+        if any(s is None for s in spaces) or len({s[2] for s in spaces}) != 1:
+            return None
+        past = spaces[0][2]
+        if mask is not None and mask.shape[-1] != past + rows:
+            return None
+        body = self.body
+        x = body.embed_tokens(input_ids)                         # (1, T, H)
+        cos, sin = body.rotary_emb(x, position_ids)
+        out = stack.run(x[0].contiguous(), cos[0].contiguous(), sin[0].contiguous(), [s[0][0] for s in spaces],
+                        [s[1][0] for s in spaces], past, _NONE_F32 if mask is None else mask)
+        for layer in cache.layers:
+            layer.filled(past + rows)
+        return body.norm(out[None])

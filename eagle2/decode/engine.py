@@ -14,6 +14,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 
 import torch
 from transformers import DynamicCache
@@ -101,9 +102,11 @@ class Decoder:
 
     def __init__(self, target, head: Head, tokenizer, eos_ids: set[int] | None = None,
                  draft_linear: Callable[[torch.Tensor], Callable] | None = None,
-                 greedy: Callable[[torch.Tensor], list[int]] | None = None):
+                 greedy: Callable[[torch.Tensor], list[int]] | None = None, stack: Callable | None = None):
         """`draft_linear(weight)`: the layer that scores the draft's lm_head rows (default: a float matmul in the
-        head's dtype); `greedy(h)`: the target's argmax token after each row of features (default: its lm_head)."""
+        head's dtype); `greedy(h)`: the target's argmax token after each row of features (default: its lm_head);
+        `stack(input_ids, attention_mask, position_ids, cache)`: the target body's post-norm features computed
+        another way (its layers in one kernel call), or None where it does not apply (default: the body itself)."""
         self.target, self.head, self.tok = target, head, tokenizer
         self.token_text = TokenText(tokenizer)
         self.body = getattr(target, target.base_model_prefix)
@@ -116,6 +119,7 @@ class Decoder:
         self.head_dtype = head.dtype
         self._linear = draft_linear or (lambda w: (lambda x, w=w: torch.nn.functional.linear(x.to(w.dtype), w)))
         self.greedy_tokens = greedy or (lambda h: self.lm_head(h).argmax(dim=-1).tolist())
+        self.stack = stack
         self._rows: dict[int, DraftRows] = {}
 
     def draft_rows(self, n: int = 0) -> DraftRows:
@@ -135,6 +139,15 @@ class Decoder:
     def forward(self, **inputs) -> tuple[torch.Tensor, torch.Tensor]:
         """One pass of the target's body -> its post-norm features (B, T, H) and the head's input features from
         the same pass (`Head.target_features`: those again for EAGLE-1/2, three layers' (B, T, 3H) for EAGLE-3)."""
+        if self.stack is not None and self.head.feature_layers is None:
+            ids, cache = inputs["input_ids"], inputs.get("cache")
+            pos = inputs.get("position_ids")
+            if pos is None and cache is not None:
+                past = cache.get_seq_length()
+                pos = torch.arange(past, past + ids.shape[-1], device=self.device)[None]
+            h = self.stack(ids, inputs.get("attention_mask"), pos, cache) if pos is not None else None
+            if h is not None:
+                return h, self.head.target_features(SimpleNamespace(last_hidden_state=h, hidden_states=None))
         out = self.body(**inputs, output_hidden_states=self.head.feature_layers is not None)
         return out.last_hidden_state, self.head.target_features(out)
 
