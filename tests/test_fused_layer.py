@@ -236,7 +236,11 @@ def test_the_stack_runs_every_layer_in_one_call_with_the_same_bits(counting):
         assert stack(too_many, None, torch.arange(past, past + too_many.shape[1])[None], caches[1]) is None
     with torch.enable_grad():
         assert stack(ids, None, pos, caches[1]) is None  # autograd: the body's own forward
-    fused.model.layers[1].fused = False
+    with torch.inference_mode():
+        past = caches[1].get_seq_length()
+        pos = torch.arange(past, past + 1)[None]
+        fused.model.layers[1].fused = False   # a layer turned off after the stack was built: it steps aside
+        assert stack(ids[:, :1], None, pos, caches[1]) is None
     assert cpu.fused_stack(fused) is None
 
 

@@ -24,6 +24,7 @@ from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, eager_attention_forward, rotate_half
 
+from . import linear
 from . import rows as rowkernel
 from .linear import FastLinear
 
@@ -169,7 +170,7 @@ class FusedStack:
 
     def __init__(self, body: nn.Module):
         self.body = body
-        self.__dict__["_built"] = (None, None)  # (the layers' kernel tensors it was built from, the LlamaStack)
+        self.__dict__["_built"] = (None, None)  # (what it was built from: `_stack`, the LlamaStack or None)
 
     @staticmethod
     def applies(body: nn.Module) -> bool:
@@ -179,11 +180,15 @@ class FusedStack:
                 and hasattr(body, "rotary_emb") and all(isinstance(l, LeanLlamaLayer) and l.fused for l in layers))
 
     def _stack(self):
-        packs = [layer._linears() for layer in self.body.layers]
+        """The kernel's stack (None: a layer is not fused or not all float32 FastLinears), built again when a layer
+        was replaced or turned off, or a FastLinear derived its kernels again."""
+        key = (linear.DERIVED[0], tuple((id(layer), layer.fused) for layer in self.body.layers))
         built, stack = self.__dict__["_built"]
-        if built is not None and len(built) == len(packs) and all(a is b for a, b in zip(built, packs)):
+        if built == key:
             return stack
+        packs = [layer._linears() if layer.fused else None for layer in self.body.layers]
         if any(p is None for p in packs):
+            self.__dict__["_built"] = (key, None)
             return None
         layers = [[l.input_layernorm.weight if l._input_norm else _NONE_F32, l.post_attention_layernorm.weight, *p]
                   for l, p in zip(self.body.layers, packs)]
@@ -191,7 +196,7 @@ class FusedStack:
         attn, cfg = first.self_attn, first.self_attn.config
         stack = rowkernel.load().LlamaStack(layers, first.post_attention_layernorm.variance_epsilon, attn.scaling,
                                             cfg.num_attention_heads, cfg.num_key_value_heads)
-        self.__dict__["_built"] = (packs, stack)
+        self.__dict__["_built"] = (key, stack)
         return stack
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor,

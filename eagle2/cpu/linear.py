@@ -17,6 +17,9 @@ from . import int8, onednn, q4
 from . import rows as rowkernel
 
 
+DERIVED = [0]  # how many times any FastLinear derived its kernels' copies: a fused stack rebuilt after any change
+
+
 class FastLinear(torch.nn.Module):
     """y = x @ weight.T + bias, through the kernel that was fastest on this machine for the row count."""
 
@@ -36,6 +39,7 @@ class FastLinear(torch.nn.Module):
         """The kernels' own copies of the weight as it is now (prepacked, int8 rows, four-bit codes) and the
         row-kernel limit."""
         own_rows, _, int8_rows, four_bit = self._asked
+        DERIVED[0] += 1
         weight = self.weight
         self.own_rows = min(own_rows, rowkernel.MAX_ROWS) if own_rows and rowkernel.usable(weight) else 0
         self.packed = onednn.pack(weight) if packed else None

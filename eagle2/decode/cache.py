@@ -56,8 +56,9 @@ class RoomyLayer(DynamicLayer):
         replaced `keys`/`values`."""
         if not self.is_initialized or not self._owns_keys():
             return None
-        n = self.get_seq_length()
-        self._reserve(self._k, self._v, n, n + m)
+        n = self.keys.shape[-2]
+        if n + m > self._k.shape[-2]:
+            self._reserve(self._k, self._v, n, n + m)
         return self._k, self._v, n
 
     def filled(self, n: int) -> None:

@@ -20,13 +20,16 @@ from ..decode.engine import encode_prompt
 from ..loading import load
 
 VARIANTS = {
-    "all": "oneDNN, our row kernel, int8 draft head, bounded argmax, four-bit codes, fused Llama layers (the default here)",
+    "all": "oneDNN, our row kernel, int8 draft head, bounded argmax in the kernel, four-bit codes, fused Llama layers "
+           "in one call (the default here)",
     "no bounded argmax": "the target's plain float32 argmax",
+    "no kernel argmax": "the bounded argmax's shortlist ranked in PyTorch (bounds, top-k, exact scores, rounding gaps)",
     "no int8 draft": "the draft head in float32 (through the same kernels)",
     "no row kernel": "oneDNN beyond PyTorch's rows; the int8 pieces need the row kernel, so float32 draft and "
                      "bf16-bounded argmax where the CPU has native bf16",
     "no lean layers": "transformers' own LlamaDecoderLayer forward (the same operations, more Python; not fused either)",
     "no fused layers": "the lean layers' PyTorch operations instead of one kernel call per layer for 1 to 32 rows",
+    "no fused stack": "the fused layers called one by one from Python instead of all thirty in one kernel call",
     "no four-bit codes": "the row kernel over the float32 weights instead of their exact four-bit codes",
     "none": "PyTorch's nn.Linear everywhere, float32 draft, plain argmax",
 }
@@ -46,10 +49,13 @@ def variant(name: str, model: str, head: str | None):
     lean = (cpu.swap_layers(bundle.target, fused=name not in ("no fused layers", "no row kernel"))
             if name != "no lean layers" else 0)
     greedy = None if name == "no bounded argmax" else cpu.exact_greedy(bundle.target.get_output_embeddings())
+    if greedy is not None and name == "no kernel argmax":
+        greedy.exact_rows = 0
+    stack = cpu.fused_stack(bundle.target) if lean and name != "no fused stack" else None
     if lean:  # the head's layer too, as `load` swaps it
         cpu.swap_layers(bundle.head, fused=name not in ("no fused layers", "no row kernel"))
     return replace(bundle, kernels=cpu.describe(plan, bundle.target, lean), draft_dtype="int8" if int8_rows else "float32",
-                   draft_linear=cpu.draft_linear(plan, int8_rows), greedy=greedy)
+                   draft_linear=cpu.draft_linear(plan, int8_rows), greedy=greedy, stack=stack)
 
 
 def main(argv: list[str] | None = None) -> int:
