@@ -281,7 +281,8 @@ def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", k
     if lean:
         cpu.swap_layers(h)  # an EAGLE-1/2 head's layer (int8 or float32 rows) runs fused too
     int8_rows = head_dtype == "int8"
-    kernels = cpu.describe(plan, target, lean)
+    stack = cpu.fused_stack(target) if lean else None
+    kernels = cpu.describe(plan, target, lean, stack is not None)
     if dev.type == "cpu" and cpu.row_kernel_failure():  # the line says which kernels run, and why not ours
         kernels += f"; row kernel off: {cpu.row_kernel_failure()}"
     return Bundle(target=target, tokenizer=tok, head=h, device=dev, dtype=dtype,
@@ -290,7 +291,7 @@ def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", k
                   draft_dtype=head_dtype,
                   draft_linear=cpu.draft_linear(plan, int8_rows) if plan.onednn or int8_rows else None,
                   greedy=cpu.exact_greedy(target.get_output_embeddings()),
-                  stack=cpu.fused_stack(target) if lean else None, target_path=target.name_or_path)
+                  stack=stack, target_path=target.name_or_path)
 
 
 _STOCK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # bundle -> its stock target, freed with it

@@ -47,11 +47,13 @@ def four_bit_layers(model: torch.nn.Module) -> tuple[int, int]:
     return len(fast), sum(t.numel() * t.element_size() for m in fast for t in (m.codes, m.d, m.m))
 
 
-def describe(plan: KernelPlan, target: torch.nn.Module, lean: int) -> str:
-    """The kernels in words: the plan, the layer kind (`lean`: how many were swapped) and the four-bit layers."""
+def describe(plan: KernelPlan, target: torch.nn.Module, lean: int, stacked: bool = False) -> str:
+    """The kernels in words: the plan, the layer kind (`lean`: how many were swapped; `stacked`: all of them in
+    one call, `fused_stack`) and the four-bit layers."""
     fused = lean and all(getattr(layer, "fused", False) for layer in target.model.layers)
     four, four_bytes = four_bit_layers(target)
-    return (plan.describe() + ("; fused Llama layers (1 to 32 rows)" if fused else "; lean Llama layers" if lean else "")
+    layers = "; fused Llama layers" + (" in one call" if stacked else "") + " (1 to 32 rows)"
+    return (plan.describe() + (layers if fused else "; lean Llama layers" if lean else "")
             + (f"; {four} layers from exact four-bit codes (+{four_bytes / 1e6:.0f} MB)" if four else ""))
 
 

@@ -54,7 +54,7 @@ def variant(name: str, model: str, head: str | None):
     stack = cpu.fused_stack(bundle.target) if lean and name != "no fused stack" else None
     if lean:  # the head's layer too, as `load` swaps it
         cpu.swap_layers(bundle.head, fused=name not in ("no fused layers", "no row kernel"))
-    return replace(bundle, kernels=cpu.describe(plan, bundle.target, lean), draft_dtype="int8" if int8_rows else "float32",
+    return replace(bundle, kernels=cpu.describe(plan, bundle.target, lean, stack is not None), draft_dtype="int8" if int8_rows else "float32",
                    draft_linear=cpu.draft_linear(plan, int8_rows), greedy=greedy, stack=stack)
 
 
