@@ -107,15 +107,17 @@ class GreedyTokens:
 
     def __call__(self, h: torch.Tensor) -> list[int]:
         """(N, H) float32 features -> the float32 lm_head's argmax token of each row."""
-        fast = self._in_kernel(h)
-        if fast is not None:
-            tokens, ok = fast
-            self.rows += h.shape[0]
-            self.settled += int(ok.sum())
-            if not bool(ok.all()):
-                bad = (~ok).nonzero()[:, 0]
-                tokens[bad] = self.lm_head(h[bad]).argmax(dim=-1)
-            return tokens.tolist()
+        tokens, ok = self._in_kernel(h) or self._shortlisted(h)
+        self.rows += h.shape[0]
+        self.settled += int(ok.sum())
+        if not bool(ok.all()):  # rows the shortlist could not settle: the full float32 lm_head
+            bad = (~ok).nonzero()[:, 0]
+            tokens[bad] = self.lm_head(h[bad]).argmax(dim=-1)
+        return tokens.tolist()
+
+    def _shortlisted(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokens and which rows are settled, in PyTorch: whatever order the lm_head sums in, a settled row's
+        best candidate beats every other by more than either's float32 rounding."""
         u = self.bounds(h)                                                  # (N, V) upper bounds
         k = min(self.k, u.shape[1])
         top, idx = u.topk(min(k + 1, u.shape[1]), dim=-1)
@@ -130,10 +132,4 @@ class GreedyTokens:
         gap = (best - 2 * rho_best)[:, None] - (exact + 2 * rho)
         gap = gap.scatter(-1, at[:, None], float("inf")).min(dim=-1).values  # inf when k == 1
         ok = (best - 2 * rho_best > outside) & (gap > 0)
-        tokens = idx.gather(-1, at[:, None])[:, 0]
-        self.rows += h.shape[0]
-        self.settled += int(ok.sum())
-        if not bool(ok.all()):
-            bad = (~ok).nonzero()[:, 0]
-            tokens[bad] = self.lm_head(h[bad]).argmax(dim=-1)
-        return tokens.tolist()
+        return idx.gather(-1, at[:, None])[:, 0], ok
