@@ -85,10 +85,9 @@ class LeanLlamaLayer(LlamaDecoderLayer):
         lins = self._linears()
         if lins is None:
             return None
-        if mask is not None:
-            if mask.dim() != 4 or mask.shape[:3] != (1, 1, rows) or mask.dtype not in (torch.bool, torch.float32):
-                return None
-            mask = mask[0, 0]
+        fits, mask = _kernel_mask(mask, rows)
+        if not fits:
+            return None
         space = layer.room(rows)
         if space is None:
             return None
@@ -101,7 +100,7 @@ class LeanLlamaLayer(LlamaDecoderLayer):
             x[0].contiguous(), self.input_layernorm.weight if self._input_norm else _NONE_F32,
             self.post_attention_layernorm.weight, self.post_attention_layernorm.variance_epsilon, lins,
             cos[0].contiguous(), sin[0].contiguous(), kbuf[0], vbuf[0],
-            past, _NONE_F32 if mask is None else mask.contiguous(), attn.scaling, cfg.num_attention_heads,
+            past, _NONE_F32 if mask is None else mask, attn.scaling, cfg.num_attention_heads,
             cfg.num_key_value_heads)
         layer.filled(past + rows)
         return out[None]
@@ -136,6 +135,16 @@ class LeanLlamaLayer(LlamaDecoderLayer):
         x = x + attn.o_proj(o.reshape(*x.shape[:-1], -1).contiguous())
         h = _rms_norm(x, self.post_attention_layernorm)
         return x + mlp.down_proj(mlp.act_fn(mlp.gate_proj(h)) * mlp.up_proj(h))
+
+
+def _kernel_mask(mask: torch.Tensor | None, rows: int) -> tuple[bool, torch.Tensor | None]:
+    """(whether the fused kernel takes this mask, the (rows, keys) mask it reads: None for causal): a
+    (1, 1, rows, keys) bool or additive float32 mask, or None."""
+    if mask is None:
+        return True, None
+    if mask.dim() != 4 or mask.shape[:3] != (1, 1, rows) or mask.dtype not in (torch.bool, torch.float32):
+        return False, None
+    return True, mask[0, 0].contiguous()
 
 
 def swappable(layer: nn.Module) -> bool:
@@ -207,12 +216,9 @@ class FusedStack:
         if (input_ids.dim() != 2 or input_ids.shape[0] != 1 or rows > rowkernel.MAX_ROWS or torch.is_grad_enabled()
                 or cache is None or not hasattr(cache, "layers") or len(cache.layers) != len(self.body.layers)):
             return None
-        mask = None
-        if attention_mask is not None:
-            if (attention_mask.dim() != 4 or attention_mask.shape[:3] != (1, 1, rows)
-                    or attention_mask.dtype not in (torch.bool, torch.float32)):
-                return None
-            mask = attention_mask[0, 0].contiguous()
+        fits, mask = _kernel_mask(attention_mask, rows)
+        if not fits:
+            return None
         stack = self._stack()
         if stack is None:
             return None
