@@ -57,14 +57,23 @@ def test_a_single_weight_off_the_grid_keeps_float32(built):
     assert q4.recode(q4_1_like(6, 64, 5)) is None               # N a multiple of 4
 
 
+@pytest.mark.parametrize("eight_rows", [True, False])
 @pytest.mark.parametrize("n,k", [(64, 96), (1536, 576), (576, 1536)])
-def test_products_are_the_row_kernels_bits(built, n, k):
+def test_products_are_the_row_kernels_bits(built, n, k, eight_rows):
+    rowkernel.load().set_eight_rows(eight_rows)  # five to eight rows in registers, or expanded into L1 (ablate)
+    try:
+        products_are_the_row_kernels_bits(n, k)
+    finally:
+        rowkernel.load().set_eight_rows(True)
+
+
+def products_are_the_row_kernels_bits(n, k):
     w = q4_1_like(n, k, n + k)
     codes = q4.recode(w)
     g = torch.Generator().manual_seed(k)
     bias = torch.randn(n, generator=g)
     one = torch.randn(1, k, generator=g)
-    for rows in (1, 2, 3, 4, 5, 8, 13, 26, 32):
+    for rows in (1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 26, 32):  # each pass of q4_columns
         x = torch.randn(rows, k, generator=g)
         x[0] = one[0]
         got = codes.linear(x, bias)

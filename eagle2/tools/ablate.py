@@ -31,6 +31,8 @@ VARIANTS = {
     "no fused layers": "the lean layers' PyTorch operations instead of one kernel call per layer for 1 to 32 rows",
     "no fused stack": "the fused layers called one by one from Python instead of all thirty in one kernel call",
     "no four-bit codes": "the row kernel over the float32 weights instead of their exact four-bit codes",
+    "no eight-row pass": "five to eight rows of four-bit products expanded into L1 and multiplied four rows a pass "
+                         "(as for more rows) instead of in registers",
     "none": "PyTorch's nn.Linear everywhere, float32 draft, plain argmax",
 }
 
@@ -56,6 +58,14 @@ def variant(name: str, model: str, head: str | None):
         cpu.swap_layers(bundle.head, fused=name not in ("no fused layers", "no row kernel"))
     return replace(bundle, kernels=cpu.describe(plan, bundle.target, lean, stack is not None), draft_dtype="int8" if int8_rows else "float32",
                    draft_linear=cpu.draft_linear(plan, int8_rows), greedy=greedy, stack=stack)
+
+
+def run_variant(name: str, bundle, ids: list[int], cfg: DecodeConfig):
+    """`api.run` with the row kernel's process-wide switch set for `name` (the one piece not held by the bundle)."""
+    kernel = rows.load()
+    if kernel is not None:
+        kernel.set_eight_rows(name != "no eight-row pass")
+    return run(bundle, ids, cfg)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,16 +95,16 @@ def main(argv: list[str] | None = None) -> int:
                             depth=args.depth, top_k=args.top_k, draft_tokens=args.draft_tokens) for m in methods}
     prompts = read_prompts(args.prompts, args.limit)
     ids = [encode_prompt(bundles["all"].tokenizer, p) for p in prompts]
-    for b in bundles.values():  # warm-up
+    for v, b in bundles.items():  # warm-up
         for cfg in cfgs.values():
-            run(b, ids[0], replace(cfg, max_new_tokens=8))
+            run_variant(v, b, ids[0], replace(cfg, max_new_tokens=8))
     tokens = {(v, m): 0 for v in bundles for m in methods}
     wall = dict.fromkeys(tokens, 0.0)
     ref: dict[int, list[int]] = {}
     for i, x in enumerate(ids):
         for v, b in bundles.items():
             for m, cfg in cfgs.items():
-                res = run(b, x, cfg)
+                res = run_variant(v, b, x, cfg)
                 tokens[v, m] += len(res.token_ids)
                 wall[v, m] += res.wall_s
                 if ref.setdefault(i, res.token_ids) != res.token_ids:

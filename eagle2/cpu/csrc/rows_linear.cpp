@@ -169,19 +169,21 @@ inline float half_step(float h, int steps) {  // h (a half-precision value) move
   return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
 }
 
-// Up to GROUP rows: the NB weight rows expanded in registers, sixteen lanes at a time, straight into the fused
-// multiply-adds (each lane sums the same k in the same order as `pass`).
-template <int G>
+// G rows times W weight rows (output columns n..n+W), the weight rows expanded in registers, sixteen lanes at a
+// time, straight into the fused multiply-adds (each lane sums the same k in the same order as `pass`, so neither W
+// nor G changes a bit of any output). Up to GROUP rows take NB weight rows a pass; five to eight take two, so that
+// every row's sums still fit in registers and the codes are expanded once for all of them.
+template <int W, int G>
 inline void q4_pass(const float* x, const uint8_t* codes, const float* d, const float* m, float* y, int64_t N,
                     int64_t K, int64_t n) {
   const int64_t nb = K / 32, half = K / 2;
   const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  __m512 acc[NB][G];
-  for (int b = 0; b < NB; ++b)
+  __m512 acc[W][G];
+  for (int b = 0; b < W; ++b)
     for (int r = 0; r < G; ++r) acc[b][r] = _mm512_setzero_ps();
   for (int64_t k = 0; k < nb; ++k) {
-    __m512 lo[NB], hi[NB];
-    for (int b = 0; b < NB; ++b) {
+    __m512 lo[W], hi[W];
+    for (int b = 0; b < W; ++b) {
       const int64_t at = (n + b) * nb + k;
       const __m512 table = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(d[at]), iota), _mm512_set1_ps(m[at]));
       const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + (n + b) * half + 16 * k)));
@@ -190,15 +192,23 @@ inline void q4_pass(const float* x, const uint8_t* codes, const float* d, const 
     }
     for (int r = 0; r < G; ++r) {
       const __m512 xv = _mm512_loadu_ps(x + r * K + 32 * k);
-      for (int b = 0; b < NB; ++b) acc[b][r] = _mm512_fmadd_ps(lo[b], xv, acc[b][r]);
+      for (int b = 0; b < W; ++b) acc[b][r] = _mm512_fmadd_ps(lo[b], xv, acc[b][r]);
     }
     for (int r = 0; r < G; ++r) {
       const __m512 xv = _mm512_loadu_ps(x + r * K + 32 * k + 16);
-      for (int b = 0; b < NB; ++b) acc[b][r] = _mm512_fmadd_ps(hi[b], xv, acc[b][r]);
+      for (int b = 0; b < W; ++b) acc[b][r] = _mm512_fmadd_ps(hi[b], xv, acc[b][r]);
     }
   }
-  for (int b = 0; b < NB; ++b)
+  for (int b = 0; b < W; ++b)
     for (int r = 0; r < G; ++r) y[r * N + n + b] = _mm512_reduce_add_ps(acc[b][r]);
+}
+
+bool eight_rows = true;  // five to eight rows in registers (`q4_pass`); off: expanded into L1 as for more rows
+
+template <int G>
+inline void q4_pairs(const float* x, const uint8_t* codes, const float* d, const float* m, float* y, int64_t N,
+                     int64_t K, int64_t n) {
+  for (int b = 0; b < NB; b += 2) q4_pass<2, G>(x, codes, d, m, y, N, K, n + b);
 }
 
 void q4_columns(const float* x, const uint8_t* codes, const float* d, const float* m, float* y, int64_t M,
@@ -206,10 +216,19 @@ void q4_columns(const float* x, const uint8_t* codes, const float* d, const floa
   const int64_t nb = K / 32;
   if (M <= GROUP) {
     for (int64_t n = n0; n < n1; n += NB) switch (M) {
-      case 1: q4_pass<1>(x, codes, d, m, y, N, K, n); break;
-      case 2: q4_pass<2>(x, codes, d, m, y, N, K, n); break;
-      case 3: q4_pass<3>(x, codes, d, m, y, N, K, n); break;
-      default: q4_pass<GROUP>(x, codes, d, m, y, N, K, n); break;
+      case 1: q4_pass<NB, 1>(x, codes, d, m, y, N, K, n); break;
+      case 2: q4_pass<NB, 2>(x, codes, d, m, y, N, K, n); break;
+      case 3: q4_pass<NB, 3>(x, codes, d, m, y, N, K, n); break;
+      default: q4_pass<NB, GROUP>(x, codes, d, m, y, N, K, n); break;
+    }
+    return;
+  }
+  if (M <= 8 && eight_rows) {
+    for (int64_t n = n0; n < n1; n += NB) switch (M) {
+      case 5: q4_pairs<5>(x, codes, d, m, y, N, K, n); break;
+      case 6: q4_pairs<6>(x, codes, d, m, y, N, K, n); break;
+      case 7: q4_pairs<7>(x, codes, d, m, y, N, K, n); break;
+      default: q4_pairs<8>(x, codes, d, m, y, N, K, n); break;
     }
     return;
   }
@@ -223,7 +242,7 @@ void q4_columns(const float* x, const uint8_t* codes, const float* d, const floa
 void q4_run(const float* x, const uint8_t* codes, const float* d, const float* m, float* y, int64_t M, int64_t N,
             int64_t K) {
   at::parallel_for(0, N / NB, 16, [&](int64_t b0, int64_t b1) {
-    std::vector<float> w(M <= GROUP ? 0 : NB * K);  // this thread's block of weight rows, expanded
+    std::vector<float> w(M <= GROUP || (M <= 8 && eight_rows) ? 0 : NB * K);  // this thread's block, expanded
     q4_columns(x, codes, d, m, y, M, N, K, b0 * NB, b1 * NB, w.data());
   });
 }
@@ -724,5 +743,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   pybind11::class_<LlamaStack>(m, "LlamaStack")
       .def(pybind11::init<const std::vector<std::vector<torch::Tensor>>&, double, double, int64_t, int64_t>())
       .def("run", &LlamaStack::run, "the layers one after another over a few rows, caches written in place");
+  m.def("set_eight_rows", [](bool on) { eight_rows = on; },
+        "five to eight rows of four-bit products in registers (the default) or expanded into L1 (for ablate)");
   m.def("rows_linear", &rows_linear, "float32 x @ w.T (+ bias) for a few rows; rows independent");
 }
