@@ -23,7 +23,7 @@ from ..decode.engine import encode_prompt
 from ..loading import load
 from .autotune import VERIFY_CONTEXT, time_verify, warmup_texts
 
-ROWS = (1, 2, 4, 8, 16, 26, 32)
+ROWS = (1, 2, 4, 5, 6, 8, 16, 26, 32)
 BUFFER_MB = 1024
 
 
