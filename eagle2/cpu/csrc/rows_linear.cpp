@@ -139,10 +139,18 @@ void q8_run(const float* x, const int8_t* q, const float* scale, const float* bi
 // low nibble and weight 32b + 16 + i in its high one. A block of NB weight rows is expanded into float32 in
 // L1 and then multiplied exactly as `columns` multiplies float32 rows, so every output is the row kernel's sum
 // over the same float32 weights, bit for bit, at a fifth of the bytes read.
+// The sixteen values (d * j) + m, j = 0..15: the product rounded, then the sum, as the weights were made. With
+// explicit rounding, because the compiler contracts a plain product and sum into one fused multiply-add (one
+// rounding), which gives other values wherever d * j is not exact in float32 (a d that is not half precision).
+inline __m512 q4_table(float d, float m, __m512 iota) {
+  constexpr int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  return _mm512_add_round_ps(_mm512_mul_round_ps(_mm512_set1_ps(d), iota, nearest), _mm512_set1_ps(m), nearest);
+}
+
 inline void q4_row(const uint8_t* codes, const float* d, const float* m, float* out, int64_t K) {
   const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   for (int64_t b = 0; b < K / 32; ++b) {
-    const __m512 table = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(d[b]), iota), _mm512_set1_ps(m[b]));
+    const __m512 table = q4_table(d[b], m[b], iota);
     const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16 * b)));
     _mm512_storeu_ps(out + 32 * b, _mm512_permutexvar_ps(idx, table));  // the low four bits index
     _mm512_storeu_ps(out + 32 * b + 16, _mm512_permutexvar_ps(_mm512_srli_epi32(idx, 4), table));
@@ -185,7 +193,7 @@ inline void q4_pass(const float* x, const uint8_t* codes, const float* d, const 
     __m512 lo[W], hi[W];
     for (int b = 0; b < W; ++b) {
       const int64_t at = (n + b) * nb + k;
-      const __m512 table = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(d[at]), iota), _mm512_set1_ps(m[at]));
+      const __m512 table = q4_table(d[at], m[at], iota);
       const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + (n + b) * half + 16 * k)));
       lo[b] = _mm512_permutexvar_ps(idx, table);
       hi[b] = _mm512_permutexvar_ps(_mm512_srli_epi32(idx, 4), table);
