@@ -99,3 +99,40 @@ def test_bfloat16_layers_never_take_the_row_kernel():
 def test_turned_off_it_says_why(monkeypatch):
     monkeypatch.setenv("EAGLE2_ROW_KERNEL", "0")
     assert "EAGLE2_ROW_KERNEL=0" in rowkernel.why_not()
+
+
+def _layer_call(kernel, *, past=0, kv_heads=2, shapes=None, norm2=None, M=1):
+    """llama_layer on a tiny layer (hidden 64, 4 heads of 16, 2 key/value heads), `shapes` replacing projections."""
+    H, heads, D, I, room = 64, 4, 16, 128, 8
+    good = [(heads * D, H), (2 * D, H), (2 * D, H), (H, heads * D), (I, H), (I, H), (H, I)]
+    none_u8, none_f = torch.empty(0, dtype=torch.uint8), torch.empty(0)
+    lins = []
+    for n, k in (shapes or good):
+        lins += [torch.randn(n, k) * 0.1, none_u8, none_f, none_f]
+    kv = torch.zeros(max(kv_heads, 1), room, D)
+    return kernel.llama_layer(torch.randn(M, H), torch.ones(H), torch.ones(H) if norm2 is None else norm2, 1e-5,
+                              lins, torch.ones(M, D), torch.zeros(M, D), kv, kv.clone(), past, none_f, 0.25, heads,
+                              kv_heads)
+
+
+def test_bad_shapes_are_refused_not_read_past(built):
+    """Arguments the kernel cannot handle raise an error instead of reading or writing outside the tensors."""
+    kernel = rowkernel.load()
+    assert _layer_call(kernel).shape == (1, 64) and _layer_call(kernel, M=0).shape == (0, 64)
+    H, D, I = 64, 16, 128
+    good = [(4 * D, H), (2 * D, H), (2 * D, H), (H, 4 * D), (I, H), (I, H), (H, I)]
+    bad_projections = [[*good[:1], (2 * D, H + 16), *good[2:]], [*good[:3], (H, 4 * D + 32), *good[4:]],
+                       [*good[:4], (I, H + 16), *good[5:]]]
+    for kwargs in [{"past": -1}, {"kv_heads": 0}, {"norm2": torch.ones(8)}] + [{"shapes": s} for s in bad_projections]:
+        with pytest.raises(RuntimeError):
+            _layer_call(kernel, **kwargs)
+    x, q = torch.randn(2, 32), torch.randint(-127, 128, (8, 32), dtype=torch.int8)
+    with pytest.raises(RuntimeError):
+        kernel.q8_linear(x, q, torch.ones(1), None)             # one scale for eight rows
+    with pytest.raises(RuntimeError):
+        kernel.q8_linear(x, q, torch.ones(8), torch.zeros(1))   # one bias for eight outputs
+    with pytest.raises(RuntimeError):
+        kernel.q8_upper(x, q, torch.ones(8), torch.zeros(1))    # one slack for eight rows
+    codes = torch.randint(0, 256, (8, 16), dtype=torch.uint8)
+    empty = rowkernel.q4_linear(torch.empty(0, 32), codes, torch.rand(8, 1), torch.rand(8, 1), None)
+    assert empty.shape == (0, 8)                                # no rows: nothing read, nothing written

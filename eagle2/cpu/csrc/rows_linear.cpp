@@ -249,6 +249,7 @@ void q4_columns(const float* x, const uint8_t* codes, const float* d, const floa
 // y (M, N) = x (M, K) times the weights four-bit codes stand for, the output columns split between threads.
 void q4_run(const float* x, const uint8_t* codes, const float* d, const float* m, float* y, int64_t M, int64_t N,
             int64_t K) {
+  if (M == 0) return;  // q4_columns' passes take at least one row
   at::parallel_for(0, N / NB, 16, [&](int64_t b0, int64_t b1) {
     std::vector<float> w(M <= GROUP || (M <= 8 && eight_rows) ? 0 : NB * K);  // this thread's block, expanded
     q4_columns(x, codes, d, m, y, M, N, K, b0 * NB, b1 * NB, w.data());
@@ -281,8 +282,11 @@ Lin lin_of(const torch::Tensor& w, const torch::Tensor& codes, const torch::Tens
   L.K = w.size(1);
   L.w = w.data_ptr<float>();
   if (codes.numel() && codes.scalar_type() == torch::kByte) {
-    TORCH_CHECK(codes.size(0) == L.N && codes.size(1) * 2 == L.K && L.N % NB == 0 && L.K % 32 == 0, "codes shape");
+    TORCH_CHECK(codes.dim() == 2 && codes.size(0) == L.N && codes.size(1) * 2 == L.K && L.N % NB == 0 &&
+                L.K % 32 == 0, "codes shape");
     TORCH_CHECK(d.numel() == L.N * (L.K / 32) && m.numel() == d.numel(), "one d and one m per block");
+    TORCH_CHECK(codes.is_contiguous() && d.is_contiguous() && m.is_contiguous() && d.scalar_type() == torch::kFloat &&
+                m.scalar_type() == torch::kFloat, "contiguous codes, float32 d and m");
     L.codes = codes.data_ptr<uint8_t>();
     L.d = d.data_ptr<float>();
     L.m = m.data_ptr<float>();
@@ -290,6 +294,7 @@ Lin lin_of(const torch::Tensor& w, const torch::Tensor& codes, const torch::Tens
     TORCH_CHECK(codes.scalar_type() == torch::kChar && codes.sizes() == w.sizes() && L.N % NB == 0 && L.K % 16 == 0,
                 "int8 rows shaped like the weight");
     TORCH_CHECK(d.scalar_type() == torch::kFloat && d.numel() == L.N, "a scale per int8 row");
+    TORCH_CHECK(codes.is_contiguous() && d.is_contiguous(), "contiguous int8 rows and scales");
     L.q8 = codes.data_ptr<int8_t>();
     L.d = d.data_ptr<float>();
   }
@@ -398,12 +403,17 @@ torch::Tensor llama_layer(const torch::Tensor& x, const torch::Tensor& norm1, co
                           double scaling, int64_t heads, int64_t kv_heads) {
   TORCH_CHECK(x.scalar_type() == torch::kFloat && x.dim() == 2 && x.is_contiguous(), "x: contiguous float32 (M, H)");
   TORCH_CHECK(lins.size() == 28, "seven linear layers, four tensors each");
+  TORCH_CHECK(kbuf.dim() == 3 && vbuf.dim() == 3, "key and value buffers (kv_heads, room, D)");
   const int64_t M = x.size(0), H = x.size(1), D = kbuf.size(2), room = kbuf.size(1), T = past + M;
   TORCH_CHECK(kbuf.is_contiguous() && vbuf.is_contiguous() && kbuf.sizes() == vbuf.sizes() && kbuf.size(0) == kv_heads,
               "key and value buffers (kv_heads, room, D)");
-  TORCH_CHECK(T <= room, "no room in the cache for ", M, " rows");
+  TORCH_CHECK(past >= 0 && T <= room, "no room in the cache for ", M, " rows after ", past);
   TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous() && cos.numel() == M * D && sin.numel() == M * D, "cos, sin");
-  TORCH_CHECK(heads % kv_heads == 0, "heads a multiple of kv_heads");
+  TORCH_CHECK(kv_heads > 0 && heads > 0 && heads % kv_heads == 0, "heads a positive multiple of kv_heads");
+  for (const auto* norm : {&norm1, &norm2})
+    TORCH_CHECK(norm->numel() == 0 || (norm->scalar_type() == torch::kFloat && norm->is_contiguous() &&
+                                       norm->numel() == H), "norm weights: float32, one per feature");
+  TORCH_CHECK(norm2.numel() == H, "a post-attention norm");
   const bool has_mask = mask.numel() > 0, bool_mask = has_mask && mask.scalar_type() == torch::kBool;
   TORCH_CHECK(!has_mask || (mask.is_contiguous() && mask.numel() == M * T &&
                             (bool_mask || mask.scalar_type() == torch::kFloat)), "mask (M, past + M), bool or float32");
@@ -411,7 +421,8 @@ torch::Tensor llama_layer(const torch::Tensor& x, const torch::Tensor& norm1, co
   for (int i = 0; i < 7; ++i) L[i] = lin_of(lins[4 * i], lins[4 * i + 1], lins[4 * i + 2], lins[4 * i + 3]);
   const int64_t I = L[4].N;
   TORCH_CHECK(L[0].N == heads * D && L[1].N == kv_heads * D && L[2].N == kv_heads * D && L[3].N == H && L[5].N == I &&
-              L[6].N == H && L[0].K == H && L[6].K == I, "projection shapes");
+              L[6].N == H && L[0].K == H && L[1].K == H && L[2].K == H && L[3].K == heads * D && L[4].K == H &&
+              L[5].K == H && L[6].K == I, "projection shapes");
   auto opts = x.options();
   auto h = torch::empty({M, H}, opts), q = torch::empty({M, heads * D}, opts), k = torch::empty({M, kv_heads * D}, opts),
        v = torch::empty({M, kv_heads * D}, opts), o = torch::empty({M, heads * D}, opts), out = torch::empty({M, H}, opts),
@@ -521,6 +532,8 @@ torch::Tensor q8_upper(const torch::Tensor& x, const torch::Tensor& q, const tor
   const int64_t K = q.size(1), N = q.size(0);
   TORCH_CHECK(K % 16 == 0 && N % NB == 0, "K a multiple of 16, N of ", NB);
   TORCH_CHECK(x.dim() == 2 && x.size(1) == K, "x must be (M, K)");
+  TORCH_CHECK(scale.scalar_type() == torch::kFloat && slack.scalar_type() == torch::kFloat && scale.numel() == N &&
+              slack.numel() == N, "a float32 scale and slack per int8 row");
   auto x2 = x.contiguous();
   const int64_t M = x2.size(0);
   auto l1 = x2.abs().sum(1).contiguous();                            // (M,)
@@ -543,10 +556,12 @@ torch::Tensor q8_linear(const torch::Tensor& x, const torch::Tensor& q, const to
   const int64_t K = q.size(1), N = q.size(0);
   TORCH_CHECK(K % 16 == 0 && N % NB == 0, "K a multiple of 16, N of ", NB);
   TORCH_CHECK(x.size(-1) == K, "x has ", x.size(-1), " features, the weight ", K);
+  TORCH_CHECK(scale.scalar_type() == torch::kFloat && scale.numel() == N, "a float32 scale per int8 row");
+  const bool has_bias = bias.has_value() && bias->defined();
+  TORCH_CHECK(!has_bias || bias->numel() == N, "a bias per output");
   auto x2 = x.reshape({-1, K}).contiguous();
   const int64_t M = x2.size(0);
   auto y = torch::empty({M, N}, x.options());
-  const bool has_bias = bias.has_value() && bias->defined();
   auto b = has_bias ? bias->to(torch::kFloat).contiguous() : torch::Tensor();
   const float* xp = x2.data_ptr<float>();
   const int8_t* qp = q.data_ptr<int8_t>();
