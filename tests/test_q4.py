@@ -57,14 +57,17 @@ def test_a_single_weight_off_the_grid_keeps_float32(built):
     assert q4.recode(q4_1_like(6, 64, 5)) is None               # N a multiple of 4
 
 
-@pytest.mark.parametrize("eight_rows", [True, False])
+@pytest.mark.parametrize("defaults", [True, False])
 @pytest.mark.parametrize("n,k", [(64, 96), (1536, 576), (576, 1536)])
-def test_products_are_the_row_kernels_bits(built, n, k, eight_rows):
-    rowkernel.load().set_eight_rows(eight_rows)  # five to eight rows in registers, or expanded into L1 (ablate)
+def test_products_are_the_row_kernels_bits(built, n, k, defaults):
+    kernel = rowkernel.load()
+    kernel.set_eight_rows(defaults)  # five to eight rows in registers, or expanded into L1 (ablate)
+    kernel.set_prefetch(defaults)    # codes fetched ahead, or not
     try:
         products_are_the_row_kernels_bits(n, k)
     finally:
-        rowkernel.load().set_eight_rows(True)
+        kernel.set_eight_rows(True)
+        kernel.set_prefetch(True)
 
 
 def products_are_the_row_kernels_bits(n, k):

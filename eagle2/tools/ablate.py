@@ -2,7 +2,8 @@
 run on one machine (`python -m eagle2.tools.ablate --prompts assets/bench/mt_bench.jsonl --limit 20`).
 
 Each variant is its own copy of the model and head, built from PyTorch's nn.Linear with the pieces of
-eagle2/cpu put back one by one; the variants take turns on every prompt, so a slow spell of the machine costs
+eagle2/cpu put back one by one, except those that only flip a process-wide switch of the row kernel (`SWITCHED`),
+which run the default's own copy; the variants take turns on every prompt, so a slow spell of the machine costs
 them alike. A piece worth under 3% end to end does not pay for its complexity.
 """
 from __future__ import annotations
@@ -33,6 +34,7 @@ VARIANTS = {
     "no four-bit codes": "the row kernel over the float32 weights instead of their exact four-bit codes",
     "no eight-row pass": "five to eight rows of four-bit products expanded into L1 and multiplied four rows a pass "
                          "(as for more rows) instead of in registers",
+    "no prefetch ahead": "the four-bit codes not fetched ahead, the int8 rows one block ahead instead of two",
     "none": "PyTorch's nn.Linear everywhere, float32 draft, plain argmax",
 }
 
@@ -60,11 +62,15 @@ def variant(name: str, model: str, head: str | None):
                    draft_linear=cpu.draft_linear(plan, int8_rows), greedy=greedy, stack=stack)
 
 
+SWITCHED = ("no eight-row pass", "no prefetch ahead")  # process-wide switches of the row kernel (`run_variant`)
+
+
 def run_variant(name: str, bundle, ids: list[int], cfg: DecodeConfig):
-    """`api.run` with the row kernel's process-wide switch set for `name` (the one piece not held by the bundle)."""
+    """`api.run` with the row kernel's process-wide switches set for `name` (the pieces not held by the bundle)."""
     kernel = rows.load()
     if kernel is not None:
-        kernel.set_eight_rows(name != "no eight-row pass")
+        kernel.set_eight_rows(name != SWITCHED[0])
+        kernel.set_prefetch(name != SWITCHED[1])
     return run(bundle, ids, cfg)
 
 
@@ -88,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [v for v in names if v not in VARIANTS]
     if unknown:
         ap.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
-    bundles = {name: variant(name, args.model, args.head) for name in names}
+    bundles: dict = {}
+    for name in names:  # a variant that differs only by a kernel switch runs the default's own model and head
+        bundles[name] = bundles["all"] if name in SWITCHED else variant(name, args.model, args.head)
     for name, b in bundles.items():
         print(f"{name:<18} {b.describe()}", file=sys.stderr)
     cfgs = {m: DecodeConfig(method=m, max_new_tokens=args.max_new_tokens, total_tokens=args.total_tokens,
