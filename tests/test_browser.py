@@ -102,7 +102,7 @@ def test_both_trees_grow_while_the_decoder_runs_then_play_steps_and_unfold(page)
     and a step unfolds frame by frame."""
     import time
 
-    _generate(page, "Explain in a few sentences how a bicycle stays upright.", 64, plain=True)
+    _generate(page, "Explain in a few sentences how a bicycle stays upright.", 96, plain=True)  # a live pass of seconds
     seen: dict[str, set[int]] = {"eagle2": set(), "eagle1": set()}
     pairs = []
     deadline = time.time() + RUN_MS / 1000
