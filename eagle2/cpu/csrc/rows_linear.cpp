@@ -226,6 +226,7 @@ inline void q4_pass(const float* x, const uint8_t* codes, const float* d, const 
 }
 
 bool eight_rows = true;  // five to eight rows in registers (`q4_pass`); off: expanded into L1 as for more rows
+inline bool in_registers(int64_t M) { return M <= GROUP || (M <= 8 && eight_rows); }  // else expanded into L1
 
 template <int G>
 inline void q4_pairs(const float* x, const uint8_t* codes, const float* d, const float* m, float* y, int64_t N,
@@ -245,7 +246,7 @@ void q4_columns(const float* x, const uint8_t* codes, const float* d, const floa
     }
     return;
   }
-  if (M <= 8 && eight_rows) {
+  if (in_registers(M)) {
     for (int64_t n = n0; n < n1; n += NB) switch (M) {
       case 5: q4_pairs<5>(x, codes, d, m, y, N, K, n); break;
       case 6: q4_pairs<6>(x, codes, d, m, y, N, K, n); break;
@@ -265,7 +266,7 @@ void q4_run(const float* x, const uint8_t* codes, const float* d, const float* m
             int64_t K) {
   if (M == 0) return;  // q4_columns' passes take at least one row
   at::parallel_for(0, N / NB, 16, [&](int64_t b0, int64_t b1) {
-    std::vector<float> w(M <= GROUP || (M <= 8 && eight_rows) ? 0 : NB * K);  // this thread's block, expanded
+    std::vector<float> w(in_registers(M) ? 0 : NB * K);  // this thread's block, expanded
     q4_columns(x, codes, d, m, y, M, N, K, b0 * NB, b1 * NB, w.data());
   });
 }
