@@ -147,6 +147,36 @@ def test_in_the_kernel_the_shortlist_bounds_every_token_outside_it_and_needs_its
         assert got != lm(h2).argmax(-1).tolist()
 
 
+@pytest.mark.skipif(rowkernel.why_not() is not None or not rowkernel.int16_sums(128),
+                    reason="needs the row kernel on a CPU with AVX512-VNNI")
+def test_int16_sums_bound_every_score_and_need_the_inputs_rounding_term():
+    # Weights that the int8 rows hold exactly (a power-of-two scale), so the slack is only the float32 sums'
+    # rounding, and inputs with an outlier, so rounding them to int16 costs the most: the bounds, summed from
+    # int16 inputs, must still top every exact score, and do so only with their term for that rounding.
+    torch.manual_seed(8)
+    q = torch.randint(-127, 128, (512, 128), dtype=torch.int8)
+    q[:, 1] = 127
+    w = (q.float() * 2.0 ** -9).contiguous()
+    greedy = GreedyTokens(_own_head(w))
+    b = greedy.bounds
+    assert torch.equal(b.q, q) and float(b.scale.max()) == float(b.scale.min()) == 2.0 ** -9
+    h = torch.randn(6, 128)
+    h[:, 0] = torch.tensor([1000.0, -700.0, 3.0, 250.0, 1e-3, 0.0])
+    exact = h.double() @ w.double().T
+
+    def bounds(l1q: torch.Tensor) -> torch.Tensor:  # every token's bound: a shortlist of all but one, plus that one
+        _, _, short, bound = rowkernel.q8_greedy(h, b.q, b.scale, b.slack, greedy.w, 511, greedy.gamma * greedy.norm32,
+                                                 l1q)
+        return torch.empty_like(exact).scatter_(1, short, bound.double())
+
+    u = bounds(b.l1q)
+    assert bool((u >= exact).all())
+    assert float((u - exact).max()) < 0.01 * float(exact.abs().max())  # and stay close to them
+    assert bool((bounds(torch.zeros_like(b.l1q)) < exact).any())  # without that term some would not
+    with torch.inference_mode():
+        assert greedy(h) == (h @ w.T).argmax(-1).tolist()
+
+
 def test_it_applies_to_a_fast_lm_head_only_and_the_output_is_unchanged():
     from eagle2.heads.eagle import new_head
 

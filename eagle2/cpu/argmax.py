@@ -9,6 +9,8 @@ no other token can win. Two copies, each with a bound that holds whatever the da
 - int8 rows (our row kernel, `rowkernel.q8_upper`; a quarter of the bytes): w_t = s_t q_t + d_t with
   |d_ti| <= D_t (measured per row), so |h.w_t - s_t h.q_t| <= |h|_1 D_t, plus the float32 rounding of the
   sum (g = K 2^-24, over |h|_1 127 s_t) and of the scaling (2^-22 |a_t|): u_t = a_t + 2^-22|a_t| + |h|_1 c_t.
+  Where the CPU has AVX512-VNNI the kernel sums h rounded to int16 instead (h = s z + e, |e_i| <= E), exactly
+  in int32, and adds that rounding's share: u_t = a_t + 2^-22|a_t| + |h|_1 c_t + s_t E |q_t|_1 (`l1q`).
 - bfloat16 rows (oneDNN; half the bytes; on CPUs with native bf16 where the row kernel is missing):
   |h.w_t - a_t| <= E + 2^-7 |a_t|, E = |h| max_t |w_t - bf16(w_t)| + (|h - bf16(h)| + g |bf16(h)|) max_t
   |bf16(w_t)| (rounding of the weights, of the input, of the fp32 accumulation and of the bf16 output).
@@ -42,6 +44,7 @@ class _Int8Bounds:
         rows = int8.quantize(w)
         slack = (rows.resid + gamma * 127 * rows.scale.double()) * (1 + 2.0 ** -10)  # and |h|_1's own rounding
         self.q, self.scale, self.slack = rows.q, rows.scale, slack.float().contiguous()
+        self.l1q = rows.q.abs().sum(dim=1, dtype=torch.int32).float().contiguous()  # |q_t|_1, exact in float32
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         return rowkernel.q8_upper(h, self.q, self.scale, self.slack)
@@ -102,7 +105,8 @@ class GreedyTokens:
         if self.bits != 8 or not self.exact_rows or h.shape[0] > self.exact_rows or h.dtype != torch.float32:
             return None
         b = self.bounds
-        tokens, ok, _, _ = rowkernel.q8_greedy(h, b.q, b.scale, b.slack, self.w, self.k, self.gamma * self.norm32)
+        tokens, ok, _, _ = rowkernel.q8_greedy(h, b.q, b.scale, b.slack, self.w, self.k, self.gamma * self.norm32,
+                                               b.l1q)
         return tokens, ok
 
     def __call__(self, h: torch.Tensor) -> list[int]:

@@ -170,12 +170,19 @@ def q8_upper(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, slack: torch
 
 
 def q8_greedy(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, slack: torch.Tensor, w: torch.Tensor, k: int,
-              spread: float) -> list[torch.Tensor]:
+              spread: float, l1q: torch.Tensor | None = None) -> list[torch.Tensor]:
     """(M, K) float32 x, int8 rows q (V, K) with their scale and slack, the float32 lm_head w -> tokens (M,),
     settled (M,), the shortlist (M, k + 1) and its bounds: `q8_upper`'s bounds kept as a running top-(k + 1), the
     shortlist's exact logits summed as this kernel sums them, the best with ties to the lowest token, settled
-    where it beats the (k + 1)-th bound plus `spread` |x|_2 (eagle2/cpu/argmax.py); `load()` not None."""
-    return load().q8_greedy(x, q, scale, slack, w, k, spread)
+    where it beats the (k + 1)-th bound plus `spread` |x|_2 (eagle2/cpu/argmax.py); `load()` not None. With
+    `l1q` (float32 |q_t|_1 per row) and a CPU with AVX512-VNNI, the bounds come from exact int16 x int8 sums
+    (`int16_sums`)."""
+    return load().q8_greedy(x, q, scale, slack, w, k, spread, l1q)
+
+
+def int16_sums(features: int) -> bool:
+    """Whether `q8_greedy` over rows of this many features sums in int16 x int8 here (and is switched on)."""
+    return bool(load().int16_sums(features))
 
 
 def q8_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

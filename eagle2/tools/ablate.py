@@ -35,6 +35,8 @@ VARIANTS = {
     "no eight-row pass": "five to eight rows of four-bit products expanded into L1 and multiplied four rows a pass "
                          "(as for more rows) instead of in registers",
     "no prefetch ahead": "the four-bit codes not fetched ahead, the int8 rows one block ahead instead of two",
+    "no int16 sums": "the int8 rows (argmax bounds, draft head) times float32 inputs in float32 multiply-adds "
+                     "instead of inputs rounded to int16 and summed exactly with AVX512-VNNI",
     "none": "PyTorch's nn.Linear everywhere, float32 draft, plain argmax",
 }
 
@@ -62,7 +64,7 @@ def variant(name: str, model: str, head: str | None):
                    draft_linear=cpu.draft_linear(plan, int8_rows), greedy=greedy, stack=stack)
 
 
-SWITCHED = ("no eight-row pass", "no prefetch ahead")  # process-wide switches of the row kernel (`run_variant`)
+SWITCHED = ("no eight-row pass", "no prefetch ahead", "no int16 sums")  # the row kernel's process-wide switches
 
 
 def run_variant(name: str, bundle, ids: list[int], cfg: DecodeConfig):
@@ -71,6 +73,7 @@ def run_variant(name: str, bundle, ids: list[int], cfg: DecodeConfig):
     if kernel is not None:
         kernel.set_eight_rows(name != SWITCHED[0])
         kernel.set_prefetch(name != SWITCHED[1])
+        kernel.set_int16_sums(name != SWITCHED[2])
     return run(bundle, ids, cfg)
 
 

@@ -104,37 +104,209 @@ inline __m512 q8(const int8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi
 constexpr int64_t AHEAD = 2;
 bool prefetch_ahead = true;  // off (ablate): the int8 rows fetch one block ahead and the codes none
 
+// G rows (at most 4) against one block: NB x G accumulators, all in registers (a loop over a row count known
+// only at run time kept them on the stack, a load and a store around every multiply-add).
+template <int G>
+inline void q8_pass(const float* x, const int8_t* q, const float* scale, const float* bias, const float* slack,
+                    const float* l1, float* u, int64_t N, int64_t K, int64_t n, int64_t ahead) {
+  __m512 acc[NB][G];
+  for (int b = 0; b < NB; ++b)
+    for (int m = 0; m < G; ++m) acc[b][m] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; k += 16) {
+    __m512 wv[NB];
+    for (int b = 0; b < NB; ++b) wv[b] = q8(q + (n + b) * K + k);
+    if (ahead > 0)  // the block `ahead` blocks on, at the same offset
+      for (int b = 0; b < NB; ++b) _mm_prefetch(reinterpret_cast<const char*>(q + (n + NB * ahead + b) * K + k), _MM_HINT_T0);
+    for (int m = 0; m < G; ++m) {
+      __m512 xv = _mm512_loadu_ps(x + m * K + k);
+      for (int b = 0; b < NB; ++b) acc[b][m] = _mm512_fmadd_ps(wv[b], xv, acc[b][m]);
+    }
+  }
+  for (int b = 0; b < NB; ++b)
+    for (int m = 0; m < G; ++m) {
+      const float a = scale[n + b] * _mm512_reduce_add_ps(acc[b][m]);
+      u[m * N + n + b] = l1 == nullptr ? a + (bias == nullptr ? 0.0f : bias[n + b])
+                                       : a + std::fabs(a) * 0x1p-22f + l1[m] * slack[n + b];
+    }
+}
+
 void q8_block(const float* x, const int8_t* q, const float* scale, const float* bias, const float* slack,
               const float* l1, float* u, int64_t M, int64_t N, int64_t K, int64_t n) {
-  // K is a multiple of 16 (checked); rows eight at a time
+  // K is a multiple of 16 (checked); rows four at a time, the block fetched ahead by the first four
   const int64_t ahead = prefetch_ahead ? AHEAD : 1;
-  __m512 acc[NB][8];
-  for (int64_t m0 = 0; m0 < M; m0 += 8) {
-    const int64_t G = std::min<int64_t>(8, M - m0);
+  for (int64_t m0 = 0; m0 < M; m0 += 4) {
+    const int64_t a = m0 == 0 ? ahead : 0;
+    const float* xm = x + m0 * K;
+    const float* lm = l1 == nullptr ? nullptr : l1 + m0;
+    float* um = u + m0 * N;
+    switch (std::min<int64_t>(4, M - m0)) {
+      case 1: q8_pass<1>(xm, q, scale, bias, slack, lm, um, N, K, n, a); break;
+      case 2: q8_pass<2>(xm, q, scale, bias, slack, lm, um, N, K, n, a); break;
+      case 3: q8_pass<3>(xm, q, scale, bias, slack, lm, um, N, K, n, a); break;
+      default: q8_pass<4>(xm, q, scale, bias, slack, lm, um, N, K, n, a); break;
+    }
+  }
+}
+
+// The same upper bounds from integer sums (AVX512-VNNI, where the CPU has it: `int16_sums`). Each input row
+// x_m is written as s_m z_m + e_m with z_m int16 (|z| <= zmax, chosen so that no int32 sum can overflow) and
+// |e_mi| <= E_m; the sum z_m . q_t is then exact (sixteen int32 lanes of pairwise products, one instruction per
+// 32 weights and row, against two conversions and one multiply-add per 16 in q8_block). So
+// x_m . q_t = s_m (z_m . q_t) + e_m . q_t with |e_m . q_t| <= E_m |q_t|_1, and the bound becomes
+// a + 2^-22 |a| + |x_m|_1 slack_t + scale_t E_m |q_t|_1, a = scale_t s_m (z_m . q_t), in double and rounded up
+// to float32 (the slack's share for float32 rounding of the sum is no longer needed, and is kept: it only widens).
+struct Int16Rows {
+  std::vector<int16_t> z;     // (M, K)
+  std::vector<double> s, e;   // (M): the scale and the bound on |e_mi|
+};
+
+Int16Rows int16_rows(const float* x, int64_t M, int64_t K) {
+  Int16Rows r{std::vector<int16_t>(M * K), std::vector<double>(M), std::vector<double>(M)};
+  const double zmax = std::min<double>(16383, std::floor(2147483647.0 / (127.0 * static_cast<double>(K))));
+  for (int64_t m = 0; m < M; ++m) {
+    const float* xm = x + m * K;
+    double top = 0;
+    for (int64_t i = 0; i < K; ++i) top = std::max(top, std::fabs(static_cast<double>(xm[i])));
+    const double s = top > 0 && std::isfinite(top) ? top / zmax : 1.0;
+    double e = 0;
+    for (int64_t i = 0; i < K; ++i) {
+      const double z = std::max(-zmax, std::min(zmax, std::nearbyint(xm[i] / s)));
+      r.z[m * K + i] = static_cast<int16_t>(z);
+      e = std::max(e, std::fabs(xm[i] - s * z));
+    }
+    r.s[m] = s;
+    r.e[m] = e * (1 + 0x1p-40) + 0x1p-50 * top;  // the double rounding of s z and of the difference
+  }
+  return r;
+}
+
+constexpr int TILE = 16;  // tokens per pass of the int16 sums: one vector of bounds
+
+// The full sums of sixteen vectors of int32 lanes, lane j holding vector j's (a reduction tree: 15 additions
+// and 30 shuffles for sixteen tokens, against about ten instructions a token one by one).
+__attribute__((target("avx512f,avx512bw")))
+inline __m512i sum16(const __m512i* v) {
+  __m512i r1[8], r2[4];
+  for (int i = 0; i < 8; ++i)  // per 128-bit lane: (a0+a2, b0+b2, a1+a3, b1+b3)
+    r1[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+  for (int i = 0; i < 4; ++i)  // per 128-bit lane: that lane's sum of vectors 4i .. 4i+3
+    r2[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(r1[2 * i], r1[2 * i + 1]), _mm512_unpackhi_epi64(r1[2 * i], r1[2 * i + 1]));
+  const __m512i p = _mm512_add_epi32(_mm512_shuffle_i32x4(r2[0], r2[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_i32x4(r2[0], r2[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i r = _mm512_add_epi32(_mm512_shuffle_i32x4(r2[2], r2[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_i32x4(r2[2], r2[3], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(p, r, _MM_SHUFFLE(2, 0, 2, 0)),
+                          _mm512_shuffle_i32x4(p, r, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// Eight of the bounds, in double: a + 2^-22 |a| + l1 slack + scale E |q|_1 (1 + 2^-20), a = scale s sums,
+// rounded up to float32.
+__attribute__((target("avx512f")))
+inline __m256 bound8(__m256i sums, const float* scale, const float* slack, const float* l1q, double s, double e,
+                     double l1) {
+  const __m512d sc = _mm512_cvtps_pd(_mm256_loadu_ps(scale));
+  const __m512d a = _mm512_mul_pd(_mm512_mul_pd(sc, _mm512_set1_pd(s)), _mm512_cvtepi32_pd(sums));
+  __m512d b = _mm512_fmadd_pd(_mm512_abs_pd(a), _mm512_set1_pd(0x1p-22), a);
+  b = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(slack)), _mm512_set1_pd(l1), b);
+  b = _mm512_fmadd_pd(_mm512_mul_pd(sc, _mm512_cvtps_pd(_mm256_loadu_ps(l1q))), _mm512_set1_pd(e * (1 + 0x1p-20)), b);
+  return _mm512_cvt_roundpd_ps(b, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
+}
+
+// Sums of G rows (at most 4) against NB int8 rows, exact in int32 lanes, into buf[m][b] (not yet reduced).
+template <int G>
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+inline void q8_sums16(const int16_t* z, const int8_t* q, __m512i* buf, int64_t K, int64_t ahead) {
+  __m512i acc[NB][G];
+  for (int b = 0; b < NB; ++b)
+    for (int m = 0; m < G; ++m) acc[b][m] = _mm512_setzero_si512();
+  for (int64_t k = 0; k < K; k += 32) {
+    __m512i wv[NB];
     for (int b = 0; b < NB; ++b)
-      for (int m = 0; m < 8; ++m) acc[b][m] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K; k += 16) {
-      __m512 wv[NB];
-      for (int b = 0; b < NB; ++b) wv[b] = q8(q + (n + b) * K + k);
-      if (m0 == 0)  // the block `ahead` blocks on, at the same offset
-        for (int b = 0; b < NB; ++b) _mm_prefetch(reinterpret_cast<const char*>(q + (n + NB * ahead + b) * K + k), _MM_HINT_T0);
-      for (int m = 0; m < G; ++m) {
-        __m512 xv = _mm512_loadu_ps(x + (m0 + m) * K + k);
-        for (int b = 0; b < NB; ++b) acc[b][m] = _mm512_fmadd_ps(wv[b], xv, acc[b][m]);
+      wv[b] = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b * K + k)));
+    if (ahead > 0 && k % 64 == 0)
+      for (int b = 0; b < NB; ++b) _mm_prefetch(reinterpret_cast<const char*>(q + (ahead + b) * K + k), _MM_HINT_T0);
+    for (int m = 0; m < G; ++m) {
+      const __m512i xv = _mm512_loadu_si512(z + m * K + k);
+      for (int b = 0; b < NB; ++b) acc[b][m] = _mm512_dpwssd_epi32(acc[b][m], xv, wv[b]);
+    }
+  }
+  for (int m = 0; m < G; ++m)
+    for (int b = 0; b < NB; ++b) buf[m * TILE + b] = acc[b][m];
+}
+
+// The int32 lanes (M, TILE) of tokens n .. n + TILE - 1 into buf: NB tokens and up to four rows at a time in
+// registers, as q8_block, the lanes kept until the tile's sixteen tokens can be reduced together (`sum16`).
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+void tile_sums(const Int16Rows& x, const int8_t* q, int64_t M, int64_t K, int64_t n, std::vector<__m512i>& buf) {
+  const int64_t ahead = (prefetch_ahead ? AHEAD : 1) * NB;  // in tokens, as q8_block fetches
+  buf.resize(M * TILE);
+  for (int64_t j = 0; j < TILE; j += NB) {
+    const int8_t* qj = q + (n + j) * K;
+    for (int64_t m0 = 0; m0 < M; m0 += 4) {
+      const int16_t* z = x.z.data() + m0 * K;
+      __m512i* bj = buf.data() + m0 * TILE + j;
+      const int64_t a = m0 == 0 ? ahead : 0;
+      switch (std::min<int64_t>(4, M - m0)) {
+        case 1: q8_sums16<1>(z, qj, bj, K, a); break;
+        case 2: q8_sums16<2>(z, qj, bj, K, a); break;
+        case 3: q8_sums16<3>(z, qj, bj, K, a); break;
+        default: q8_sums16<4>(z, qj, bj, K, a); break;
       }
     }
-    for (int b = 0; b < NB; ++b)
-      for (int m = 0; m < G; ++m) {
-        const float a = scale[n + b] * _mm512_reduce_add_ps(acc[b][m]);
-        u[(m0 + m) * N + n + b] = l1 == nullptr ? a + (bias == nullptr ? 0.0f : bias[n + b])
-                                                : a + std::fabs(a) * 0x1p-22f + l1[m0 + m] * slack[n + b];
-      }
   }
+}
+
+// Bounds u (M, TILE) on x_m . w_t for tokens n .. n + TILE - 1 (see int16_rows).
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+void q8_tile16(const Int16Rows& x, const int8_t* q, const float* scale, const float* slack, const float* l1q,
+               const float* l1, float* u, int64_t M, int64_t K, int64_t n, std::vector<__m512i>& buf) {
+  tile_sums(x, q, M, K, n, buf);
+  for (int64_t m = 0; m < M; ++m) {
+    const __m512i sums = sum16(buf.data() + m * TILE);
+    _mm256_storeu_ps(u + m * TILE, bound8(_mm512_castsi512_si256(sums), scale + n, slack + n, l1q + n, x.s[m], x.e[m], l1[m]));
+    _mm256_storeu_ps(u + m * TILE + 8, bound8(_mm512_extracti64x4_epi64(sums, 1), scale + n + 8, slack + n + 8,
+                                              l1q + n + 8, x.s[m], x.e[m], l1[m]));
+  }
+}
+
+// Outputs y (M, N) for columns n .. n + TILE - 1 of x @ (scale * q).T (+ bias) from the int16 rows of x: not
+// the float32 sums of q8_block (x is rounded to 15 bits a row), so only for the draft head, which proposes.
+__attribute__((target("avx512f,avx512bw,avx512vnni")))
+void q8_out16(const Int16Rows& x, const int8_t* q, const float* scale, const float* bias, float* y, int64_t M,
+              int64_t N, int64_t K, int64_t n, std::vector<__m512i>& buf) {
+  tile_sums(x, q, M, K, n, buf);
+  const __m512 sc = _mm512_loadu_ps(scale + n), b = bias == nullptr ? _mm512_setzero_ps() : _mm512_loadu_ps(bias + n);
+  for (int64_t m = 0; m < M; ++m) {
+    const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(sum16(buf.data() + m * TILE)),
+                                   _mm512_mul_ps(sc, _mm512_set1_ps(static_cast<float>(x.s[m]))));
+    _mm512_storeu_ps(y + m * N + n, _mm512_add_ps(v, b));
+  }
+}
+
+// Which of sixteen bounds exceed t (bit j for u[j]; NaN never does, as Top::offer would not take it).
+__attribute__((target("avx512f")))
+inline unsigned above16(const float* u, float t) {
+  return _mm512_cmp_ps_mask(_mm512_loadu_ps(u), _mm512_set1_ps(t), _CMP_GT_OQ);
+}
+
+bool int16_on = true;  // off (ablate): q8_block's float32 sums (argmax bounds, draft head) even with VNNI
+
+bool int16_sums(int64_t K) {
+  static const bool vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+  return int16_on && vnni && K % 32 == 0;  // and the caller's token count a multiple of TILE
 }
 
 // y (M, N) = x (M, K) times int8 rows with their scales (+ bias), the output columns split between threads.
 void q8_run(const float* x, const int8_t* q, const float* scale, const float* bias, float* y, int64_t M, int64_t N,
             int64_t K) {
+  if (int16_sums(K) && N % TILE == 0) {  // the draft head's layers and rows: int16 x int8 sums (q8_out16)
+    const Int16Rows x16 = int16_rows(x, M, K);
+    at::parallel_for(0, N / TILE, 4, [&](int64_t t0, int64_t t1) {
+      std::vector<__m512i> buf;
+      for (int64_t t = t0; t < t1; ++t) q8_out16(x16, q, scale, bias, y, M, N, K, t * TILE, buf);
+    });
+    return;
+  }
   at::parallel_for(0, N / NB, 16, [&](int64_t b0, int64_t b1) {
     for (int64_t i = b0; i < b1; ++i) q8_block(x, q, scale, bias, nullptr, nullptr, y, M, N, K, i * NB);
   });
@@ -714,7 +886,8 @@ struct Top {  // the n highest (value, token) offered, value descending; ties ke
 // lm_head; k shortlisted tokens; `spread` bounds the float32 rounding of any logit per unit of |x_m|_2.
 // -> (tokens (M,) int64, settled (M,) bool, the shortlist (M, k + 1) int64 and its bounds (M, k + 1) float32).
 std::vector<torch::Tensor> q8_greedy(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& scale,
-                                     const torch::Tensor& slack, const torch::Tensor& w, int64_t k, double spread) {
+                                     const torch::Tensor& slack, const torch::Tensor& w, int64_t k, double spread,
+                                     const c10::optional<torch::Tensor>& l1q) {
   TORCH_CHECK(x.scalar_type() == torch::kFloat && x.dim() == 2 && q.scalar_type() == torch::kChar && q.dim() == 2,
               "float32 x (M, K), int8 q (V, K)");
   TORCH_CHECK(w.scalar_type() == torch::kFloat && w.sizes() == q.sizes() && w.is_contiguous() && q.is_contiguous(),
@@ -728,17 +901,34 @@ std::vector<torch::Tensor> q8_greedy(const torch::Tensor& x, const torch::Tensor
   const float *xp = xc.data_ptr<float>(), *lp = l1.data_ptr<float>();
   const int8_t* qp = q.data_ptr<int8_t>();
   const float *sp = scale.data_ptr<float>(), *cp = slack.data_ptr<float>(), *wp = w.data_ptr<float>();
-  const int64_t k1 = k + 1, blocks = V / NB;
+  const bool ints = l1q.has_value() && l1q->defined() && int16_sums(K) && V % TILE == 0;
+  TORCH_CHECK(!ints || (l1q->scalar_type() == torch::kFloat && l1q->is_contiguous() && l1q->numel() == V),
+              "a float32 |q_t|_1 per row");
+  const float* l1qp = ints ? l1q->data_ptr<float>() : nullptr;
+  const Int16Rows x16 = ints ? int16_rows(xp, M, K) : Int16Rows{};
+  const int64_t k1 = k + 1, per = ints ? TILE : NB, blocks = V / per;
   const int64_t chunks = std::min<int64_t>(blocks, std::max<int64_t>(1, at::get_num_threads()) * 8);
   std::vector<Top> tops(chunks * M, Top(k1));
   at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
-    std::vector<float> ub(M * NB);
+    std::vector<float> ub(M * per);
+    std::vector<__m512i> lanes;
     for (int64_t c = c0; c < c1; ++c)
       for (int64_t b = blocks * c / chunks; b < blocks * (c + 1) / chunks; ++b) {
-        const int64_t n = b * NB;  // q8_block's bounds for these NB tokens, every row
+        const int64_t n = b * per;  // the bounds for these tokens, every row
+        if (ints) {
+          q8_tile16(x16, qp, sp, cp, l1qp, lp, ub.data(), M, K, n, lanes);
+          for (int64_t m = 0; m < M; ++m) {  // only the bounds above the row's current (k + 1)-th are offered
+            Top& top = tops[c * M + m];
+            for (unsigned mask = above16(ub.data() + m * per, top.v[k]); mask; mask &= mask - 1) {
+              const int j = __builtin_ctz(mask);
+              top.offer(ub[m * per + j], n + j);
+            }
+          }
+          continue;
+        }
         q8_block(xp, qp + n * K, sp + n, nullptr, cp + n, lp, ub.data(), M, NB, K, 0);
         for (int64_t m = 0; m < M; ++m)
-          for (int64_t j = 0; j < NB; ++j) tops[c * M + m].offer(ub[m * NB + j], n + j);
+          for (int64_t j = 0; j < per; ++j) tops[c * M + m].offer(ub[m * per + j], n + j);
       }
   });
   auto tokens = torch::empty({M}, torch::kLong), settled = torch::empty({M}, torch::kBool);
@@ -777,7 +967,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("llama_layer", &llama_layer, "one Llama decoder layer over a few rows, the cache written in place");
   m.def("q4_linear", &q4_linear, "float32 x @ w.T (+ bias) for four-bit weights that hold w exactly");
   m.def("q4_recode", &q4_recode, "four-bit codes that hold a float32 weight exactly, or empty codes");
-  m.def("q8_greedy", &q8_greedy, "greedy tokens from int8 bounds, a shortlist and its exact logits");
+  m.def("q8_greedy", &q8_greedy, "greedy tokens from int8 bounds, a shortlist and its exact logits",
+        pybind11::arg("x"), pybind11::arg("q"), pybind11::arg("scale"), pybind11::arg("slack"), pybind11::arg("w"),
+        pybind11::arg("k"), pybind11::arg("spread"), pybind11::arg("l1q") = pybind11::none());
+  m.def("set_int16_sums", [](bool on) { int16_on = on; },
+        "int8 rows times inputs rounded to int16, summed exactly where the CPU has AVX512-VNNI (the default: the "
+        "argmax's bounds, the draft head) or float32 sums (for ablate)");
+  m.def("int16_sums", [](int64_t K) { return int16_sums(K); }, "whether bounds over K features use int16 sums");
   pybind11::class_<LlamaStack>(m, "LlamaStack")
       .def(pybind11::init<const std::vector<std::vector<torch::Tensor>>&, double, double, int64_t, int64_t>())
       .def("run", &LlamaStack::run, "the layers one after another over a few rows, caches written in place");
