@@ -3,8 +3,8 @@ run on one machine (`python -m eagle2.tools.ablate --prompts assets/bench/mt_ben
 
 Each variant is its own copy of the model and head, built from PyTorch's nn.Linear with the pieces of
 eagle2/cpu put back one by one, except those that only flip a process-wide switch of the row kernel (`SWITCHED`),
-which run the default's own copy; the variants take turns on every prompt, so a slow spell of the machine costs
-them alike. A piece worth under 3% end to end does not pay for its complexity.
+which run the default's own copy; the variants take turns on every prompt, the first turn passing from one to
+the next, so a slow spell of the machine costs them alike. A piece worth under 3% end to end does not pay for its complexity.
 """
 from __future__ import annotations
 
@@ -112,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     tokens = {(v, m): 0 for v in bundles for m in methods}
     wall = dict.fromkeys(tokens, 0.0)
     ref: dict[int, list[int]] = {}
+    order = list(bundles)
     for i, x in enumerate(ids):
-        for v, b in bundles.items():
+        for v in order[i % len(order):] + order[:i % len(order)]:  # each prompt starts with the next variant
+            b = bundles[v]
             for m, cfg in cfgs.items():
                 res = run_variant(v, b, x, cfg)
                 tokens[v, m] += len(res.token_ids)
