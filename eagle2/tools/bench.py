@@ -39,7 +39,8 @@ def _hf(model, ids: list[int], max_new: int, lookup: bool) -> tuple[list[int], f
 
 
 def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: int, progress=print) -> dict:
-    """Run each method on each prompt; returns {"methods": {name: metrics}, "per_prompt": [...]}."""
+    """Run each method on each prompt, the first on each prompt rotating so that none always runs first;
+    returns {"methods": {name: metrics}, "per_prompt": [...]}."""
     from ..api import run
     from ..decode.engine import encode_prompt
 
@@ -54,7 +55,7 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
     per_prompt, per_forwards, per_tokens = [], [], []
     for i, ids in enumerate(encoded):
         outs, fwds = {}, {}
-        for m in methods:
+        for m in methods[i % len(methods):] + methods[:i % len(methods)]:  # the first turn passes along
             if m in OURS:
                 res = run(bundle, ids, cfg_for(m))
                 toks, wall = res.token_ids, res.wall_s
