@@ -36,18 +36,20 @@ def test_products_match_a_float64_reference(built, n, k):
         torch.testing.assert_close(rowkernel.linear(x, w).double(), ref - b.double(), atol=1e-5 * k ** 0.5, rtol=1e-5)
 
 
-def test_int8_rows_with_int16_inputs_stay_within_the_inputs_rounding_and_rows_stay_independent(built):
+@pytest.mark.parametrize("k", [576, 1536])  # 1536: more than 1,024 features, so a coarser int16 step
+def test_int8_rows_with_int16_inputs_stay_within_the_inputs_rounding_and_rows_stay_independent(built, k):
     # The draft head's int8 rows sum inputs rounded to int16 (where the CPU has AVX512-VNNI): each output is
     # within scale_t max|x - s z| |q_t|_1 of the exact product of the int8 rows, a row's bits do not depend on
     # the rows beside it, and switched off the float32 sums give the same values to float32 rounding.
     g = torch.Generator().manual_seed(3)
-    q = torch.randint(-127, 128, (64, 576), dtype=torch.int8, generator=g)
+    q = torch.randint(-128, 128, (64, k), dtype=torch.int8, generator=g)
     scale, bias = torch.rand(64, generator=g) * 0.01, torch.randn(64, generator=g)
-    x = torch.randn(9, 576, generator=g)
+    x = torch.randn(9, k, generator=g)
     x[:, 7] *= 100  # an outlier: the rounding to int16 is at its coarsest
     exact = x.double() @ (q.double() * scale.double()[:, None]).T + bias.double()
     got = rowkernel.q8_linear(x, q, scale, bias)
-    room = scale.double() * (x.abs().amax(1, keepdim=True).double() / 16383) * q.double().abs().sum(1)
+    step = x.abs().amax(1, keepdim=True).double() / min(16383, (2 ** 31 - 1) // (128 * k))  # the int16 step
+    room = scale.double() * step * q.double().abs().sum(1)
     assert bool(((got.double() - exact).abs() <= room + 1e-4 * exact.abs() + 1e-5).all())
     alone = torch.cat([rowkernel.q8_linear(x[i:i + 1], q, scale, bias) for i in range(len(x))])
     assert torch.equal(got, alone)
@@ -58,7 +60,7 @@ def test_int8_rows_with_int16_inputs_stay_within_the_inputs_rounding_and_rows_st
     finally:
         kernel.set_int16_sums(True)
     torch.testing.assert_close(floats.double(), exact, atol=1e-3, rtol=1e-5)
-    if rowkernel.int16_sums(576):
+    if rowkernel.int16_sums(k):
         assert not torch.equal(floats, got)  # two ways of summing, both checked above
 
 

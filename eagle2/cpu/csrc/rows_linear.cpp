@@ -162,7 +162,8 @@ struct Int16Rows {
 
 Int16Rows int16_rows(const float* x, int64_t M, int64_t K) {
   Int16Rows r{std::vector<int16_t>(M * K), std::vector<double>(M), std::vector<double>(M)};
-  const double zmax = std::min<double>(16383, std::floor(2147483647.0 / (127.0 * static_cast<double>(K))));
+  // |q| <= 128 even for a row that holds -128 (ours stop at 127): no sum of K products can leave int32
+  const double zmax = std::min<double>(16383, std::floor(2147483647.0 / (128.0 * static_cast<double>(K))));
   for (int64_t m = 0; m < M; ++m) {
     const float* xm = x + m * K;
     double top = 0;
