@@ -62,6 +62,10 @@ def test_int8_rows_with_int16_inputs_stay_within_the_inputs_rounding_and_rows_st
     torch.testing.assert_close(floats.double(), exact, atol=1e-3, rtol=1e-5)
     if rowkernel.int16_sums(k):
         assert not torch.equal(floats, got)  # two ways of summing, both checked above
+    bad = x.clone()
+    bad[2, 5], bad[4, 9] = float("nan"), float("inf")  # such rows give NaN, as float32 sums would; others stay
+    out = rowkernel.q8_linear(bad, q, scale, bias)
+    assert bool(out[[2, 4]].isnan().all()) and torch.equal(out[[0, 1, 3, 5, 6, 7, 8]], got[[0, 1, 3, 5, 6, 7, 8]])
 
 
 def test_a_row_gets_the_same_bits_whatever_rows_share_the_call(built):

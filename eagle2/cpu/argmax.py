@@ -44,7 +44,7 @@ class _Int8Bounds:
         rows = int8.quantize(w)
         slack = (rows.resid + gamma * 127 * rows.scale.double()) * (1 + 2.0 ** -10)  # and |h|_1's own rounding
         self.q, self.scale, self.slack = rows.q, rows.scale, slack.float().contiguous()
-        self.l1q = rows.q.abs().sum(dim=1, dtype=torch.int32).float().contiguous()  # |q_t|_1, exact in float32
+        self.l1q = rows.q.to(torch.int32).abs().sum(dim=1).float().contiguous()  # |q_t|_1 (int8 abs(-128) wraps)
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         return rowkernel.q8_upper(h, self.q, self.scale, self.slack)

@@ -167,8 +167,14 @@ Int16Rows int16_rows(const float* x, int64_t M, int64_t K) {
   for (int64_t m = 0; m < M; ++m) {
     const float* xm = x + m * K;
     double top = 0;
-    for (int64_t i = 0; i < K; ++i) top = std::max(top, std::fabs(static_cast<double>(xm[i])));
-    const double s = top > 0 && std::isfinite(top) ? top / zmax : 1.0;
+    bool finite = true;
+    for (int64_t i = 0; i < K; ++i) {
+      top = std::max(top, std::fabs(static_cast<double>(xm[i])));
+      finite &= std::isfinite(xm[i]);
+    }
+    // a row with an inf or a NaN gives NaN outputs and bounds, as float32 sums would (a bound that is NaN
+    // settles nothing: the full lm_head decides)
+    const double s = !finite ? std::nan("") : top > 0 ? top / zmax : 1.0;
     double e = 0;
     for (int64_t i = 0; i < K; ++i) {
       const double z = std::max(-zmax, std::min(zmax, std::nearbyint(xm[i] / s)));
@@ -176,7 +182,7 @@ Int16Rows int16_rows(const float* x, int64_t M, int64_t K) {
       e = std::max(e, std::fabs(xm[i] - s * z));
     }
     r.s[m] = s;
-    r.e[m] = e * (1 + 0x1p-40) + 0x1p-50 * top;  // the double rounding of s z and of the difference
+    r.e[m] = !finite ? s : e * (1 + 0x1p-40) + 0x1p-50 * top;  // the double rounding of s z and of the difference
   }
   return r;
 }
