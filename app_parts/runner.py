@@ -342,7 +342,8 @@ def _generate(req: RunRequest, get_bundle, show_pruned: bool, control: RunContro
     session.meta.timing = Timing(decode_s={m: round(t, 4) for m, t in session.decode_s.items()}, live_cut=live_cut,
                                  same_tokens=_same_tokens(session, live))
     if profile:  # the profile against the steps this run has just timed
-        check = check_profile(profile, session.records("eagle2"), cfgs["eagle2"].total_tokens)
+        check = check_profile(profile, session.records("eagle2"), cfgs["eagle2"].total_tokens,
+                              plain=session.records("vanilla") if "vanilla" in session.runs else None)
         if check is not None:
             session.meta.costs.check = check
             if not check["ok"] and profile_stale is not None:

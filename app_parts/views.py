@@ -151,6 +151,14 @@ def profile_note(session: Session) -> str:
     said = (f" The machine profile that sized the trees{when} predicted {check['predicted_ms']:.1f} ms to verify "
             f"{check['rows']} rows; this run's median was {check['measured_ms']:.1f} ms")
     off = abs(check["ratio"] - 1)
+    if "shape" in check:  # judged against plain decoding's one-row step in the same run
+        said += (f", and plain decoding's one-row step {check['plain_ms']:.1f} ms against "
+                 f"{check['predicted_plain_ms']:.1f} predicted")
+        shape = abs(check["shape"] - 1)
+        if check.get("ok"):
+            return said + f": the tree's cost against a step is within {shape:.0%} of the profile's."
+        return said + (f": the tree's cost against a step is {shape:.0%} off the profile's, so the profile is "
+                       "measured again on the next Generate.")
     if check.get("ok"):
         return said + f" (within {off:.0%})."
     return said + f", {off:.0%} off, so the profile is measured again on the next Generate."

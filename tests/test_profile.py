@@ -104,3 +104,24 @@ def test_a_run_that_contradicts_the_profile_has_it_measured_again():
     slow = profile.check_profile(prof, [step(50.0)] * 3, 8)
     assert slow["ratio"] == 1.25 and slow["ok"] is False
     assert profile.check_profile(prof, [step(1.0, nodes=False)], 8) is None
+
+
+def test_a_machine_slower_throughout_keeps_its_profile_and_a_changed_shape_does_not():
+    # With the same run's plain decoding, the tree's verify is judged against a one-row step: a machine 1.5x
+    # slower throughout keeps the sizes (they follow from relative costs), a tree that got dearer against a step
+    # has the profile measured again.
+    from eagle2.decode.records import StepRecord
+
+    def step(ms: float, method: str = "eagle2", n: int = 1) -> StepRecord:
+        return StepRecord(step=n, method=method, prefix_len=3, nodes=(object(),) if method == "eagle2" else (),
+                          accepted=(), bonus_token=0, new_tokens=(1,), new_texts=("a",), new_sources=("target",),
+                          draft_ms=1.0, verify_ms=ms, commit_ms=0.1)
+
+    prof = {"verify_ms": {"1": 8.0, "4": 12.0, "8": 18.0}}
+    prefill = step(500.0, "vanilla", n=0)  # the prefill is no step of plain decoding's
+    slower = profile.check_profile(prof, [step(18.0)] * 3, 4, plain=[prefill] + [step(12.0, "vanilla")] * 5)
+    assert slower["ratio"] == 1.5 and slower["shape"] == 1.0 and slower["ok"] is True
+    dearer = profile.check_profile(prof, [step(18.0)] * 3, 4, plain=[step(8.0, "vanilla")] * 5)
+    assert dearer["shape"] == 1.5 and dearer["ok"] is False
+    assert profile.check_profile(prof, [step(18.0)] * 3, 4, plain=[prefill])["ok"] is False  # no step: absolute
+    assert "shape" not in profile.check_profile({"verify_ms": {"4": 12.0}}, [step(12.0)], 4, plain=[step(8.0, "vanilla")])

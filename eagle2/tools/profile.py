@@ -108,10 +108,16 @@ def forget_profile(bundle: Bundle) -> None:
     _path(machine_key(bundle)).unlink(missing_ok=True)
 
 
-def check_profile(profile: dict, records: list, total_tokens: int) -> dict | None:
+def check_profile(profile: dict, records: list, total_tokens: int, plain: list | None = None) -> dict | None:
     """How a run's own EAGLE-2 verify cost compares with the profile's prediction for that many rows: the median
     of the run's drafted steps' verify ms, the profile's ms at `total_tokens` rows, their ratio, and whether it is
-    within RECHECK of 1 (None when the run has no drafted step or the profile no verify costs)."""
+    within RECHECK of 1 (None when the run has no drafted step or the profile no verify costs).
+
+    With `plain` (the same run's plain decoding records) and a one-row cost in the profile, what must hold is the
+    shape: the tree's verify against plain decoding's one-row step, measured and predicted ("shape", their
+    ratio). The sizes follow from costs relative to a step, so a machine that is slower or faster throughout
+    (another tenant, a clock) leaves the choice standing and does not make the next visitor wait for a new
+    profile."""
     from .serving import interpolate
 
     ms = sorted(r.verify_ms for r in records if r.nodes)
@@ -121,5 +127,12 @@ def check_profile(profile: dict, records: list, total_tokens: int) -> dict | Non
     measured = ms[len(ms) // 2]
     predicted = interpolate(costs, total_tokens)
     ratio = measured / predicted if predicted > 0 else float("inf")
-    return {"measured_ms": round(measured, 2), "predicted_ms": round(predicted, 2), "rows": total_tokens,
-            "ratio": round(ratio, 3), "ok": abs(ratio - 1) <= RECHECK}
+    out = {"measured_ms": round(measured, 2), "predicted_ms": round(predicted, 2), "rows": total_tokens,
+           "ratio": round(ratio, 3), "ok": abs(ratio - 1) <= RECHECK}
+    one = sorted(r.verify_ms for r in plain or () if r.step > 0)
+    if one and costs.get(1, 0) > 0 and one[len(one) // 2] > 0:
+        plain_ms = one[len(one) // 2]
+        shape = (measured / plain_ms) / (predicted / costs[1])
+        out.update(plain_ms=round(plain_ms, 2), predicted_plain_ms=round(costs[1], 2), shape=round(shape, 3),
+                   ok=abs(shape - 1) <= RECHECK)
+    return out
