@@ -104,47 +104,31 @@ inline __m512 q8(const int8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi
 constexpr int64_t AHEAD = 2;
 bool prefetch_ahead = true;  // off (ablate): the int8 rows fetch one block ahead and the codes none
 
-// G rows (at most 4) against one block: NB x G accumulators, all in registers (a loop over a row count known
-// only at run time kept them on the stack, a load and a store around every multiply-add).
-template <int G>
-inline void q8_pass(const float* x, const int8_t* q, const float* scale, const float* bias, const float* slack,
-                    const float* l1, float* u, int64_t N, int64_t K, int64_t n, int64_t ahead) {
-  __m512 acc[NB][G];
-  for (int b = 0; b < NB; ++b)
-    for (int m = 0; m < G; ++m) acc[b][m] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < K; k += 16) {
-    __m512 wv[NB];
-    for (int b = 0; b < NB; ++b) wv[b] = q8(q + (n + b) * K + k);
-    if (ahead > 0)  // the block `ahead` blocks on, at the same offset
-      for (int b = 0; b < NB; ++b) _mm_prefetch(reinterpret_cast<const char*>(q + (n + NB * ahead + b) * K + k), _MM_HINT_T0);
-    for (int m = 0; m < G; ++m) {
-      __m512 xv = _mm512_loadu_ps(x + m * K + k);
-      for (int b = 0; b < NB; ++b) acc[b][m] = _mm512_fmadd_ps(wv[b], xv, acc[b][m]);
-    }
-  }
-  for (int b = 0; b < NB; ++b)
-    for (int m = 0; m < G; ++m) {
-      const float a = scale[n + b] * _mm512_reduce_add_ps(acc[b][m]);
-      u[m * N + n + b] = l1 == nullptr ? a + (bias == nullptr ? 0.0f : bias[n + b])
-                                       : a + std::fabs(a) * 0x1p-22f + l1[m] * slack[n + b];
-    }
-}
-
 void q8_block(const float* x, const int8_t* q, const float* scale, const float* bias, const float* slack,
               const float* l1, float* u, int64_t M, int64_t N, int64_t K, int64_t n) {
-  // K is a multiple of 16 (checked); rows four at a time, the block fetched ahead by the first four
+  // K is a multiple of 16 (checked); rows eight at a time
   const int64_t ahead = prefetch_ahead ? AHEAD : 1;
-  for (int64_t m0 = 0; m0 < M; m0 += 4) {
-    const int64_t a = m0 == 0 ? ahead : 0;
-    const float* xm = x + m0 * K;
-    const float* lm = l1 == nullptr ? nullptr : l1 + m0;
-    float* um = u + m0 * N;
-    switch (std::min<int64_t>(4, M - m0)) {
-      case 1: q8_pass<1>(xm, q, scale, bias, slack, lm, um, N, K, n, a); break;
-      case 2: q8_pass<2>(xm, q, scale, bias, slack, lm, um, N, K, n, a); break;
-      case 3: q8_pass<3>(xm, q, scale, bias, slack, lm, um, N, K, n, a); break;
-      default: q8_pass<4>(xm, q, scale, bias, slack, lm, um, N, K, n, a); break;
+  __m512 acc[NB][8];
+  for (int64_t m0 = 0; m0 < M; m0 += 8) {
+    const int64_t G = std::min<int64_t>(8, M - m0);
+    for (int b = 0; b < NB; ++b)
+      for (int m = 0; m < 8; ++m) acc[b][m] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += 16) {
+      __m512 wv[NB];
+      for (int b = 0; b < NB; ++b) wv[b] = q8(q + (n + b) * K + k);
+      if (m0 == 0)  // the block `ahead` blocks on, at the same offset
+        for (int b = 0; b < NB; ++b) _mm_prefetch(reinterpret_cast<const char*>(q + (n + NB * ahead + b) * K + k), _MM_HINT_T0);
+      for (int m = 0; m < G; ++m) {
+        __m512 xv = _mm512_loadu_ps(x + (m0 + m) * K + k);
+        for (int b = 0; b < NB; ++b) acc[b][m] = _mm512_fmadd_ps(wv[b], xv, acc[b][m]);
+      }
     }
+    for (int b = 0; b < NB; ++b)
+      for (int m = 0; m < G; ++m) {
+        const float a = scale[n + b] * _mm512_reduce_add_ps(acc[b][m]);
+        u[(m0 + m) * N + n + b] = l1 == nullptr ? a + (bias == nullptr ? 0.0f : bias[n + b])
+                                                : a + std::fabs(a) * 0x1p-22f + l1[m0 + m] * slack[n + b];
+      }
   }
 }
 
