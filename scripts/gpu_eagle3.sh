@@ -6,7 +6,7 @@
 #   here:  bash scripts/gpu_eagle3.sh pack PROMPTS.json   # fills .gpu/1 .gpu/2 .gpu/3 (git ignores .gpu/)
 #   there: bash scripts/gpu_eagle3.sh stash .gpu/1        # one call each, carrying that folder: the embedded
 #          bash scripts/gpu_eagle3.sh stash .gpu/2        # GGUF travels in three parts (a call carries 64 MiB)
-#          bash scripts/gpu_eagle3.sh run .gpu/3          # an EAGLE-3 head from scratch; results to $OUT
+#          bash scripts/gpu_eagle3.sh run .gpu/3          # a new EAGLE-3 head; results to $OUT
 #      or  bash scripts/gpu_eagle3.sh refresh .gpu/3      # the shipped EAGLE-1/2 head trained further on new data
 #   here:  bash scripts/gpu_eagle3.sh unpack DIR out/e3gpu  # DIR: where the run's $OUT files came back
 #
