@@ -116,6 +116,7 @@ refresh() {  # refresh DIR: new data written by the target, the shipped head tra
     local log=$out/run.log shipped=assets/smollm2-135m-eagle
     mkdir -p "$work"
     begin_log "$log"
+    "$PY" -c "from eagle2.loading import resolve_model; resolve_model()"  # the GGUF converted before any clock runs
     # 1. prompts the target writes itself (MT-bench excluded) and its answers, each stage bounded in time; both
     #    keep what they finished when the time is up (stopped with SIGINT: whole lines and shards; a rerun resumes)
     timeout -s INT -k 20 "${PROMPT_SECONDS:-90}" "$PY" -m eagle2 train instructions --device "$device" --dtype bfloat16 \
@@ -123,7 +124,9 @@ refresh() {  # refresh DIR: new data written by the target, the shipped head tra
         --exclude assets/bench/mt_bench.jsonl --openers $OPENERS --out "$work/own.jsonl" 2>&1 | tee -a "$log" || true
     [ -s "$work/own.jsonl" ] || { echo "no prompts were written" | tee -a "$log"; exit 1; }
     timeout -s INT -k 20 "${ANSWER_SECONDS:-180}" "$PY" -m eagle2 train generate --device "$device" --dtype bfloat16 \
-        --prompts "$work/own.jsonl" --out "$work/own" --batch-size "${BATCH_SIZE:-512}" 2>&1 | tee -a "$log" || true
+        --prompts "$work/own.jsonl" --out "$work/own" --batch-size "${BATCH_SIZE:-512}" \
+        --shard-prompts "${BATCH_SIZE:-512}" 2>&1 | tee -a "$log" || true
+    [ -s "$work/own/manifest.json" ] || { echo "no answers were written" | tee -a "$log"; exit 1; }
     # the held-out Alpaca rows the shipped head's numbers come from (never trained on here)
     "$PY" -m eagle2 train generate --device "$device" --dtype float32 --prompts "$STASH/prompts.json" \
         --rows "$shipped/heldout_rows.json" \
@@ -131,15 +134,14 @@ refresh() {  # refresh DIR: new data written by the target, the shipped head tra
     # 2. the shipped recipe (docs/training.md), warm-started from the shipped head
     "$PY" -m eagle2 train fit --device "$device" --data "$work/own" --init "$shipped" --out "$work/ckpt" --unroll 2 \
         --ce-weight 0.5 --ce-vocab-size 8192 --ce-target soft --ce-temperature 0.5 --lr "${LR:-1e-4}" --autocast \
-        --batch-tokens "${BATCH_TOKENS:-16384}" --epochs "${EPOCHS:-2}" --budget-minutes "${MINUTES:-2}" 2>&1 | tee -a "$log"
-    # 3. both heads on the same held-out rows, then the new one saved with the shipped draft vocabulary
+        --batch-tokens "${BATCH_TOKENS:-16384}" --epochs "${EPOCHS:-2}" --budget-minutes "${MINUTES:-2}" \
+        --save-head "$work/head" 2>&1 | tee -a "$log"
+    # 3. both heads on the same held-out rows; the new one keeps the shipped draft vocabulary
     for ckpt in "$shipped" "$work/ckpt"; do
         echo "held-out agreement of $ckpt:" | tee -a "$log"
         "$PY" -m eagle2 train evaluate --device "$device" --data "$work/held" --heldout-every 1 --ckpt "$ckpt" 2>&1 \
             | tee -a "$log"
     done
-    "$PY" -m eagle2 train export --device "$device" --data "$work/held" --train-only "$work/own" --heldout-every 1 \
-        --ckpt "$work/ckpt" --save-head "$work/head" 2>&1 | tee -a "$log"
     cp "$shipped/draft_vocab.safetensors" "$shipped/heldout_rows.json" "$work/head/"
     tar -C "$work" -cf - head | split -b 15M -d -a 1 - "$out/head.tar."
     BENCH_LIMIT=${BENCH_LIMIT:-6} BENCH_SECONDS=${BENCH_SECONDS:-60} bench_heads "$work/head" "$out" "$device" "$log"
@@ -156,7 +158,7 @@ unpack() {  # unpack DIR DEST: the returned head into DEST/head
         .venv/bin/python -c "import json, sys; print(json.load(open(sys.argv[1]))['heldout'])" "$dest/head/report.json"
     else                                      # the shipped kind (refresh): its numbers are in run.log
         echo "head in $dest/head; held-out agreement on the shipped head's held-out rows:"
-        grep -E '^held-out agreement|"(top1|top3|top10|depth2_top1|depth3_top1)"' "$dest/run.log" || true
+        sed -n '/^held-out agreement/,$p' "$dest/run.log" | grep -E '^held-out agreement|"(top1|top3|top10|depth2_top1|depth3_top1)"' || true
     fi
 }
 
