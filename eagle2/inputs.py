@@ -102,3 +102,35 @@ def nesting(value: object, stop: int) -> int:
             return depth
         todo.extend((x, depth + 1) for x in v if isinstance(x, (list, dict)))
     return deepest
+
+
+def whole_arg(lo: int, hi: int | None = None):
+    """An argparse type: a whole number from lo (to hi), refused with the same words as every other input."""
+    import argparse
+
+    wanted = f"a whole number from {lo} to {hi}" if hi is not None else f"a whole number of at least {lo}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {wanted}, not {shown(text)}") from None
+        if value < lo or (hi is not None and value > hi):
+            raise argparse.ArgumentTypeError(f"{shown(value)} is out of range: choose {wanted}")
+        return value
+    parse.__name__ = "whole number"
+    return parse
+
+
+def positive_arg(text: str) -> float:
+    """An argparse type: a finite number above zero."""
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, not {shown(text)}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, not {shown(text)}")
+    return value
+

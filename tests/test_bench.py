@@ -59,6 +59,7 @@ def test_without_a_greedy_run_equality_is_unknown_not_zero(tiny):
                     lambda m: DecodeConfig(method=m, max_new_tokens=6), 6, progress=lambda _s: None)
     assert all(r["matches_vanilla"] is None for r in res["methods"].values())
     assert all(line.split()[5] == "-" for line in format_table(res).splitlines()[1:])  # the "= greedy" column
+    assert all(r["speedup_vs_vanilla"] is None for r in res["methods"].values())  # no vanilla run: no "x vanilla"
 
 
 def test_with_plain_decoding_every_method_matches_it(tiny):

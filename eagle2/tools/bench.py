@@ -20,6 +20,7 @@ import torch
 
 from ..config import STATIC_PRESET
 from ..decode.methods import LABELS, OURS, PEERS, STATIC_NODES, Shared, config_for, settings_of
+from ..inputs import whole_arg
 from ..loading import stock_target
 from .autotune import same_algorithm
 from .prompts import read_rows
@@ -75,7 +76,7 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
         per_forwards.append(fwds)
         per_tokens.append(outs)  # the outputs themselves: runs in other processes can be checked token for token
         progress(f"prompt {i + 1}/{len(encoded)} done")
-    base = totals.get("vanilla") or totals.get("hf_greedy")
+    base = totals.get("vanilla")  # no vanilla run: no "x vanilla" column (the hf_greedy column has the peer's)
     base_tps = base["tokens"] / base["wall"] if base else None
     hf_tps = totals["hf_greedy"]["tokens"] / totals["hf_greedy"]["wall"] if "hf_greedy" in totals else None
     has_ref = "vanilla" in totals or "hf_greedy" in totals
@@ -189,6 +190,10 @@ def cmd_bench(args: argparse.Namespace) -> None:
     from ..decode.methods import budget_note
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not methods and not args.sweep:
+        raise ValueError(f"--methods names no method: give a comma-separated list from {', '.join(OURS + PEERS)}")
+    if args.json:  # made now, not after the whole run, so that an unwritable path fails before anything runs
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     rows = read_rows(args.prompts, args.limit)
     prompts = [r.prompt for r in rows]
     if not prompts:
@@ -251,7 +256,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
 def add_parser(sub, decode_args) -> None:
     b = sub.add_parser("bench", help="compare methods on a prompt file")
     b.add_argument("--prompts", required=True, help="Spec-Bench / MT-bench jsonl")
-    b.add_argument("--limit", type=int, default=None)
+    b.add_argument("--limit", type=whole_arg(1), default=None, help="the first N prompts (default: all)")
     b.add_argument("--methods", default="vanilla,eagle1,eagle2",
                    help=f"comma-separated, of {', '.join(OURS + PEERS)}")
     b.add_argument("--no-equal-budgets", dest="equal_budgets", action="store_false",

@@ -49,6 +49,10 @@ def tune_shared(args: argparse.Namespace, bundle, methods: list[str], shared: Sh
     (a second run may choose one of those)."""
     from .autotune import describe, near_ties, tune_for
 
+    if args.temperature != 0.0:
+        print(f"note: --total-tokens auto sizes the trees by replaying greedy decoding (its accept lengths); with "
+              f"--temperature {args.temperature:g} a step accepts differently, so the chosen sizes are a greedy "
+              "machine's best, not necessarily sampling's", file=sys.stderr)
     tuning, shared = tune_for(bundle, methods, shared, progress=lambda m: print(m, file=sys.stderr),
                               draft_tokens=args.draft_tokens)
     print(describe(tuning), file=sys.stderr)

@@ -175,6 +175,10 @@ def cmd_diagnose(args: argparse.Namespace) -> None:
                prompts_file=str(args.prompts))
     write(out, args.json, args.html)
     rec = out["recommended"]
+    g = rec["gpu"]
+    print(f"recommended for a GPU: {g['num_draft_tokens']} nodes, {g['steps']} levels, top-k {g['topk']}: replayed "
+          f"tau {g['tau']:.2f}, about {g['speedup_estimate']:.2f}x plain decoding there (the assumed costs are in "
+          f"the report; tau for every shape, acceptance by position and collapses: --json / --html)")
     print(f"SGLang: {rec['sglang']}")
     print(f"vLLM speculative_config: {json.dumps(rec['vllm'])}")
     print(f"TensorRT-LLM: {json.dumps(rec['tensorrt_llm'])}")
@@ -195,7 +199,7 @@ def write(out: dict, json_path: str | None, html_path: str | None) -> None:
 def add_parser(sub) -> None:
     p = sub.add_parser("diagnose", help="replay every tree shape on a prompt file; recommend serving settings")
     p.add_argument("--prompts", required=True, help="jsonl or JSON list (turns / prompt / instruction rows)")
-    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--limit", type=int, default=None, help="the first N prompts (default: all)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--model", default="embedded", help="'embedded', a hub id or a local directory")
     p.add_argument("--head", default=None, help="draft head directory (official EAGLE layout)")

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from ..inputs import positive_arg, whole_arg
+
 
 def _load_target(args: argparse.Namespace):
     """The frozen target and tokenizer on the chosen device, with the thread count applied."""
@@ -87,8 +89,21 @@ def _read_row_list(path: str, n_rows: int) -> list[int]:
     return rows
 
 
+
+def _check_data(args: argparse.Namespace) -> None:
+    """Refuse, before the target loads or a folder is made, data directories that `generate` did not write."""
+    for d in list(args.data) + list(getattr(args, "train_only", None) or []):
+        if not (Path(d) / "manifest.json").is_file():
+            what = "does not exist" if not Path(d).exists() else "holds no manifest.json"
+            raise ValueError(f"--data {d} {what}: give a directory written by `python -m eagle2 train generate --out DIR`")
+    for flag in ("init", "ckpt"):
+        path = getattr(args, flag, None)
+        if path and not Path(path).exists() and not (flag == "ckpt" and getattr(args, "func", None) is cmd_fit):
+            raise ValueError(f"--{flag} {path} does not exist")
+
 def cmd_heldout(args: argparse.Namespace) -> None:
     """Write the prompt-file rows behind the held-out sequences of --data, for `generate --rows`."""
+    _check_data(args)
     from .batches import heldout_rows
     from .data import read_manifest
 
@@ -118,17 +133,6 @@ def cmd_instructions(args: argparse.Namespace) -> None:
     print(f"{n} prompts in {args.out}")
 
 
-def _positive(text: str) -> float:
-    """argparse type: a number above zero."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
-    return value
-
-
 def _train_config(args: argparse.Namespace):
     """A TrainConfig from the flags that were given (the rest keep their defaults)."""
     from .eagle import TrainConfig
@@ -139,6 +143,7 @@ def _train_config(args: argparse.Namespace):
 
 def cmd_fit(args: argparse.Namespace) -> None:
     """Train (or resume training) a head on the shards in --data; checkpoints go to --out."""
+    _check_data(args)
     from .eagle import train
 
     target, _ = _load_target(args)
@@ -151,6 +156,7 @@ def cmd_fit(args: argparse.Namespace) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     """Depth-1 top-k agreement of the latest checkpoint's head with the target on the held-out split."""
+    _check_data(args)
     from .eagle import evaluate_checkpoint
 
     target, _ = _load_target(args)
@@ -159,6 +165,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 def cmd_export(args: argparse.Namespace) -> None:
     """Write the latest checkpoint's head in the official layout with a model card."""
+    _check_data(args)
     from .eagle import evaluate_checkpoint
 
     target, _ = _load_target(args)
@@ -198,8 +205,9 @@ def _export(target, ckpt_dir: str, data_dir: str | list, out: str, report: dict)
 
 def cmd_eagle3(args: argparse.Namespace) -> None:
     """Train an EAGLE-3 head end to end (eagle3_pipeline.py)."""
-    from .eagle3_pipeline import run
+    from .eagle3_pipeline import check, run
 
+    check(args)
     if args.device != "cpu" and torch.cuda.is_available():
         torch.backends.cuda.matmul.allow_tf32 = True
     target, tok = _load_target(args)
@@ -223,7 +231,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     g = sub.add_parser("generate", parents=[common, writing], help="generate self-distillation shards")
     g.add_argument("--prompts", required=True, help="json/jsonl prompts (instruction+input, turns or prompt)")
     g.add_argument("--out", required=True, help="output directory (outside git)")
-    g.add_argument("--limit", type=int, default=None)
+    g.add_argument("--limit", type=whole_arg(1), default=None, help="the first N prompts (default: all)")
     g.add_argument("--skip", type=int, default=0, help="skip the first N prompts of the file")
     g.add_argument("--teacher", action="store_true",
                    help="use the file's reference answers (Alpaca `output`) instead of generating")
@@ -248,7 +256,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     s = sub.add_parser("instructions", parents=[common, writing],
                        help="the target writes new prompts (Magpie's pre-query trick) for `generate`")
     s.add_argument("--out", required=True, help="jsonl file to append to (outside git; a rerun resumes)")
-    s.add_argument("--count", type=int, required=True, help="how many prompts the file should hold")
+    s.add_argument("--count", type=whole_arg(1), required=True, help="how many prompts the file should hold")
     s.add_argument("--exclude", nargs="*", default=[],
                    help="prompt files (e.g. the evaluation prompts) whose 6-word sequences a new prompt may not share")
     s.add_argument("--temperature", type=float, default=0.9)
@@ -272,7 +280,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         q.add_argument("--data", required=True, nargs="+", help="directories of shards from `generate`")
         q.add_argument("--out" if name == "fit" else "--ckpt", required=True,
                        help="checkpoint directory" + ("" if name == "fit" else " (evaluate: or an exported head)"))
-        q.add_argument("--save-head", default=None if name != "export" else "assets/smollm2-135m-eagle")
+        q.add_argument("--save-head", default=None, required=name == "export",
+                       help="directory to save the head in (the official layout, with a model card)")
         q.add_argument("--epochs", type=float, default=None)
         q.add_argument("--lr", type=float, default=None)
         q.add_argument("--batch-tokens", type=int, default=None)
@@ -288,7 +297,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         q.add_argument("--heldout-every", type=int, default=None,
                        help="every n-th greedy sequence of each --data directory is held out (default 25)")
         q.add_argument("--ce-target", default=None, choices=("hard", "soft"))
-        q.add_argument("--ce-temperature", type=_positive, default=None,
+        q.add_argument("--ce-temperature", type=positive_arg, default=None,
                        help="soft labels: temperature of the target's distribution (below 1 leans to its greedy token)")
         q.add_argument("--context", type=int, default=None, help="prompt tokens kept before each response")
         q.add_argument("--autocast", action="store_true", default=None, help="bf16 autocast")

@@ -19,6 +19,7 @@ import torch
 
 from . import eagle3
 from .instructions import PromptFilter, pre_query_ids
+from ..inputs import positive_arg
 
 
 def log(msg: str) -> None:
@@ -76,12 +77,19 @@ def references(tok, files: list[str], max_prompt_tokens: int, eos: int, context:
     return out
 
 
+def check(args: argparse.Namespace) -> None:
+    """Refuse a run with nothing to answer, before the target loads."""
+    if not args.prompts and not args.self_prompts and not (Path(args.out) / eagle3.ANSWERS).exists():
+        raise ValueError("nothing to answer: give --prompts FILES, --self-prompts N, or both")
+
+
 def run(args: argparse.Namespace, target, tok) -> dict:
     from ..decode.engine import encode_prompt
     from ..heads.eagle3 import save
     from ..tools.prompts import read_prompts
     from .card import hardware, write_card3
 
+    check(args)
     t0 = time.time()
     end = t0 + args.minutes * 60
     out = Path(args.out)
@@ -95,9 +103,8 @@ def run(args: argparse.Namespace, target, tok) -> dict:
                              t0 + args.minutes * 60 * 0.12, args.seed)
         own.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in texts))
     answers_path = out / eagle3.ANSWERS
-    if answers_path.exists():
-        data = eagle3.Answers.load(answers_path)
-    else:
+    data = eagle3.Answers.load(answers_path) if answers_path.exists() else None
+    if data is None or not data.tokens:  # none yet (an empty file, from before this check, counts as none)
         texts = [p for f in args.prompts for p in read_prompts(f)] + (read_prompts(own) if own.exists() else [])
         prompts = [ids for ids in (encode_prompt(tok, t) for t in texts) if len(ids) <= args.max_prompt_tokens]
         partial = out / "answers.partial.safetensors"  # progress of an interrupted stage, continued
@@ -105,6 +112,9 @@ def run(args: argparse.Namespace, target, tok) -> dict:
         log(f"answers: {len(prompts)} prompts" + (f", {len(done.tokens)} answered before" if done else ""))
         data = eagle3.write_answers(target, tok, prompts, args.max_new_tokens, args.batch_size,
                                     t0 + args.minutes * 60 * 0.5, log=log, done=done, save=lambda a: a.save(partial))
+        if not data.tokens:
+            raise ValueError(f"no answers were written ({len(prompts)} prompts within their "
+                             f"{args.max_prompt_tokens}-token limit): give more --minutes or more prompts")
         data.save(answers_path)
         partial.unlink(missing_ok=True)
     eos = target.generation_config.eos_token_id
@@ -143,7 +153,7 @@ def add_arguments(q: argparse.ArgumentParser) -> None:
         "Rewrite", "Calculate", "Imagine", "What", "How", "List", "Answer", "Extract", "Implement", "Classify"],
         help="words written prompts start with, round robin ('' leaves a row to the model)")
     q.add_argument("--out", required=True, help="working directory (outside git): data, checkpoint, head/")
-    q.add_argument("--minutes", type=float, default=60.0, help="the whole run's wall-time budget")
+    q.add_argument("--minutes", type=positive_arg, default=60.0, help="the whole run's wall-time budget")
     q.add_argument("--reserve", type=float, default=0.5, help="minutes kept for evaluation and export")
     q.add_argument("--max-new-tokens", type=int, default=160)
     q.add_argument("--max-prompt-tokens", type=int, default=384)
