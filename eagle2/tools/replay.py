@@ -29,6 +29,13 @@ def target_path(root: Node, nodes: Iterable[Node]) -> list[Node]:
     return path
 
 
+def produced(r: StepRecord, tokens: int) -> int:
+    """`tokens` a replayed tree would have accepted in step `r`, as that step could produce them: a step the run
+    ended by a cut (EOS, or the token limit) kept only its own new tokens, and any tree would have been cut there
+    too."""
+    return min(tokens, len(r.new_tokens)) if r.stop in ("eos", "max_new_tokens") else tokens
+
+
 def accept_by_size(r: StepRecord, max_nodes: int, depth: int | None = None, static: bool = False) -> list[int]:
     """Tokens one recorded step would have produced with a tree of n nodes, for n = 1..`max_nodes`: the root
     plus the n - 1 best-scored drafted nodes of depth <= `depth` (all when None), walking the target's
@@ -42,14 +49,15 @@ def accept_by_size(r: StepRecord, max_nodes: int, depth: int | None = None, stat
     order one after another, and the tree of n nodes accepts those of them that sort before place n - 1.
     A static tree drafts a parent before its children, so the same holds for its drafting order.
     Past the recorded tree the target's choices are unknown: n beyond the recorded verified nodes (at the
-    recorded depth) is an undercount, so callers stay within them."""
+    recorded depth) is an undercount, so callers stay within them. A step the run ended by a cut counts what it
+    could produce (`produced`)."""
     pool = r.nodes if depth is None else [n for n in r.nodes if n.depth <= depth]
     if len(pool) < len(r.nodes) and r.nodes[len(pool)].depth <= depth:
         raise ValueError("a record's nodes are not in drafting order")
     order = range(1, len(pool)) if static else best(range(1, len(pool)), score=lambda i: pool[i].score)
     place = {pool[i].id: k for k, i in enumerate(order)}
     path = [place[n.id] for n in target_path(pool[0], pool[1:])]
-    return [1 + sum(k < n - 1 for k in path) for n in range(1, max_nodes + 1)]
+    return [produced(r, 1 + sum(k < n - 1 for k in path)) for n in range(1, max_nodes + 1)]
 
 
 def replayed_step(r: StepRecord, total_tokens: int, depth: int) -> int:
@@ -99,7 +107,7 @@ def accept_top_k(r: StepRecord, total_tokens: int, depth: int, top_k: int) -> in
         if not frontier:
             break
         pool += frontier
-    return 1 + len(target_path(r.nodes[0], best(pool, total_tokens - 1)))
+    return produced(r, 1 + len(target_path(r.nodes[0], best(pool, total_tokens - 1))))
 
 
 def replay_runs(runs: list[list[StepRecord]], total_tokens: int, depth: int, top_k: int | None = None,
@@ -121,7 +129,7 @@ def replay_runs(runs: list[list[StepRecord]], total_tokens: int, depth: int, top
     for records in runs:
         drafted = [r for r in records if r.nodes]
         if drafted:
-            n = sum(len(r.accepted) + 1 for r in drafted)  # the tokens those steps covered
+            n = sum(len(r.new_tokens) for r in drafted)  # the tokens those steps covered
             tokens, steps = tokens + n, steps + n * len(drafted) / sum(step(r) for r in drafted)
     if not steps:
         raise ValueError("no drafted steps to replay")
@@ -139,6 +147,6 @@ def accept_with_floors(r: StepRecord, total_tokens: int, depth: int, floor: floa
     grow = max(floor, grow)
     drafted = [n for n in r.nodes[1:] if n.depth <= depth and (n.parent == 0 or r.nodes[n.parent].score >= grow)]
     kept = best((n for n in drafted if n.score >= floor), total_tokens - 1)
-    tokens = 1 + len(target_path(r.nodes[0], kept))
+    tokens = produced(r, 1 + len(target_path(r.nodes[0], kept)))
     levels = 1 + max((n.depth for n in drafted if n.score >= grow and n.depth < depth), default=0)
     return tokens, len(kept) + 1, levels
