@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 
 from app_parts.presets import load_presets, page_token_limit
 from app_parts.settings import MAX_PROMPT_CHARS, RunRequest, check_prompt, configs
-from eagle2.inputs import check_text
+from eagle2.inputs import check_number, check_text
 
 MAX_VALUE_CHARS = MAX_PROMPT_CHARS  # a query value longer than a prompt may be is refused unread
 MAX_KEYS = 40                       # a query with more keys than the page has settings is cut there
@@ -85,6 +85,14 @@ def _typed(name: str, value: object) -> object:
     return int(v) if v.is_integer() else v
 
 
+def _is_number(value: object) -> bool:
+    try:
+        float(str(value))
+    except ValueError:
+        return False
+    return True
+
+
 def _check(name: str, value: object, defaults: RunRequest) -> None:
     """Raise ValueError when `value` would not pass the check its control's value passes (the same functions)."""
     if name == "prompt":
@@ -94,6 +102,6 @@ def _check(name: str, value: object, defaults: RunRequest) -> None:
     elif name == "tree_json":  # read only beside a custom tree
         configs(replace(defaults, tree_choice="custom", tree_json=str(value), sizing="custom"))
     else:
+        if name == "max_new_tokens" and _is_number(value):  # the page's own limit (below the engine's), same words
+            check_number("max new tokens", _typed(name, value), 1, page_token_limit(), whole=True)
         configs(replace(defaults, **{"sizing": "custom", name: value}))
-    if name == "max_new_tokens" and float(str(value)) > page_token_limit():
-        raise ValueError(f"is more than this page's {page_token_limit()} tokens")

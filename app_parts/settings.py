@@ -193,6 +193,10 @@ def budget_markdown(total_tokens: object, tree_choice: str, tree_json: str, look
                 f"{cfg['eagle2'].min_prob:g} cumulative probability, expanded from {cfg['eagle2'].expand_prob:g})"
                 f" · EAGLE-1 **{static}** ({static - 1} tree nodes + root). ⚠ EAGLE-2's budget changes from step "
                 "to step, so the comparison is not like for like.")
+    elif sizing == "tuned" and not profile:  # nothing measured yet: the numbers above are a GPU's fallback
+        line = (f"{head}both methods then get the same number of nodes. Where nothing is measured, as on a GPU: "
+                f"{name} {dynamic} nodes, depth {cfg['eagle2'].depth}, top-k {cfg['eagle2'].top_k} against EAGLE-1's "
+                f"whole {static}-node tree.")
     elif dynamic != static:
         line += " ⚠ The budgets differ, so the comparison is not like for like."
     if lookup:

@@ -204,9 +204,17 @@ def step_caption(rec: StepRecord | None, dropped: int = 0) -> str:
     drafted, verified = len(rec.nodes) - 1 + dropped, len(rec.verified) - 1
     gone = (f" · its {dropped} pruned nodes were not kept (a session keeps {MAX_FADED_NODES:,}, the newest steps')"
             if dropped else "")
-    return (f"Step {rec.step}: {drafted} drafted, {verified} verified, {len(rec.accepted)} accepted + bonus "
-            f"→ {len(rec.new_tokens)} new tokens · draft {rec.draft_ms:.0f} ms, verify {rec.verify_ms:.0f} ms, "
-            f"commit {rec.commit_ms:.0f} ms{gone}")
+    new, cut = len(rec.new_tokens), len(rec.new_tokens) < len(rec.accepted) + 1
+    why = {"eos": "the end-of-text token ended the run", "max_new_tokens": "the token limit ended the run"}
+    kept = (f"{len(rec.accepted)} accepted + bonus, of which {_count(new, 'new token')} kept ({why[rec.stop]})"
+            if cut and rec.stop in why else f"{len(rec.accepted)} accepted + bonus → {_count(new, 'new token')}")
+    return (f"Step {rec.step}: {drafted} drafted, {verified} verified, {kept} · draft {rec.draft_ms:.0f} ms, "
+            f"verify {rec.verify_ms:.0f} ms, commit {rec.commit_ms:.0f} ms{gone}")
+
+
+def _count(n: int, noun: str) -> str:
+    """'1 new token', '3 new tokens'."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def session_caption(session: Session, method: str, step: int | None = None) -> str:

@@ -410,3 +410,33 @@ def test_the_workload_tab_refuses_bad_files_with_a_reason(tmp_path):
     assert [r.prompt for r in workload.read_file(str(ok), 5)] == ["a", "b"]
     updates = list(workload.diagnose(str(ok), 999, PRESET, _no_model, _no_model, RunControl()))
     assert len(updates) == 1 and "max new tokens" in updates[0].error  # refused before any model loads
+
+
+def test_a_step_cut_by_the_end_of_the_run_says_so_in_its_caption():
+    from dataclasses import replace as dc_replace
+
+    from app_parts.views import step_caption
+
+    whole = _fake_step()
+    assert "1 accepted + bonus → 2 new tokens" in step_caption(whole)
+    cut = dc_replace(whole, new_tokens=(2,), new_texts=("b",), new_sources=("draft",), stop="max_new_tokens")
+    text = step_caption(cut)
+    assert "1 accepted + bonus, of which 1 new token kept (the token limit ended the run)" in text
+    assert "end-of-text" in step_caption(dc_replace(cut, stop="eos"))
+
+
+def test_before_anything_is_measured_the_tuned_budget_line_does_not_warn_of_a_budget_it_will_not_run():
+    line = budget_markdown(26, CUT, "", sizing="tuned", profile=None)
+    assert "same number of nodes" in line and "not like for like" not in line
+    assert "not like for like" in budget_markdown(26, CUT, "", sizing="paper")  # where it will run, it says so
+
+
+def test_a_link_s_token_limit_is_the_page_s_in_the_page_s_words():
+    from app_parts.link import read_link
+    from app_parts.presets import page_token_limit
+
+    limit = page_token_limit()
+    for value in (str(limit + 1), "99999"):
+        kept, ignored = read_link({"max_new_tokens": value}, RunRequest(prompt="", preset=""))
+        assert not kept and f"is outside 1..{limit}: choose a value from 1 to {limit}" in ignored[0]
+    assert read_link({"max_new_tokens": str(limit)}, RunRequest(prompt="", preset=""))[0] == {"max_new_tokens": limit}

@@ -187,7 +187,7 @@ def test_positions_are_the_same_in_every_frame():
 def test_static_record_fixed_shape_and_no_rerank():
     r = static()
     level1 = unfold_text(r, "level 1")
-    assert "fixed shape" in level1 and "drafts 3 nodes under 1 parents" in level1
+    assert "fixed shape" in level1 and "drafts 3 nodes under 1 parent" in level1
     assert "whatever the draft's confidence" in level1
     assert expanded_lines(unfold_text(r, "level 2")) == {"s0": f"{math.log(0.5):.2f}",
                                                           "s1": f"{math.log(0.3):.2f}"}
