@@ -133,4 +133,3 @@ def positive_arg(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a finite number above 0, not {shown(text)}")
     return value
-

@@ -150,8 +150,8 @@ def _n(count: int, noun: str) -> str:
 
 def _level_text(t: _Tree, d: int) -> str:
     if d > t.depth:
-        return (f"**No more levels: this tree is {_n(t.depth, 'level')} deep.** All {_n(len(t.r.nodes) - 1, 'drafted node')} "
-                "are shown.")
+        return (f"**No more levels: this tree is {_n(t.depth, 'level')} deep.** "
+                f"All {_n(len(t.r.nodes) - 1, 'drafted node')} are shown.")
     grown = [n for n in t.at(d - 1) if n.expanded]
     new = t.at(d)
     head = f"**Level {d} of {t.depth}.** "

@@ -89,17 +89,19 @@ def _read_row_list(path: str, n_rows: int) -> list[int]:
     return rows
 
 
-
 def _check_data(args: argparse.Namespace) -> None:
     """Refuse, before the target loads or a folder is made, data directories that `generate` did not write."""
-    for d in list(args.data) + list(getattr(args, "train_only", None) or []):
+    dirs = [("--data", d) for d in args.data] + [("--train-only", d) for d in getattr(args, "train_only", None) or []]
+    for flag, d in dirs:
         if not (Path(d) / "manifest.json").is_file():
             what = "does not exist" if not Path(d).exists() else "holds no manifest.json"
-            raise ValueError(f"--data {d} {what}: give a directory written by `python -m eagle2 train generate --out DIR`")
+            raise ValueError(f"{flag} {d} {what}: give a directory written by "
+                             "`python -m eagle2 train generate --out DIR`")
     for flag in ("init", "ckpt"):
         path = getattr(args, flag, None)
-        if path and not Path(path).exists() and not (flag == "ckpt" and getattr(args, "func", None) is cmd_fit):
+        if path and not Path(path).exists():
             raise ValueError(f"--{flag} {path} does not exist")
+
 
 def cmd_heldout(args: argparse.Namespace) -> None:
     """Write the prompt-file rows behind the held-out sequences of --data, for `generate --rows`."""
