@@ -85,14 +85,6 @@ def _typed(name: str, value: object) -> object:
     return int(v) if v.is_integer() else v
 
 
-def _is_number(value: object) -> bool:
-    try:
-        float(str(value))
-    except ValueError:
-        return False
-    return True
-
-
 def _check(name: str, value: object, defaults: RunRequest) -> None:
     """Raise ValueError when `value` would not pass the check its control's value passes (the same functions)."""
     if name == "prompt":
@@ -102,6 +94,11 @@ def _check(name: str, value: object, defaults: RunRequest) -> None:
     elif name == "tree_json":  # read only beside a custom tree
         configs(replace(defaults, tree_choice="custom", tree_json=str(value), sizing="custom"))
     else:
-        if name == "max_new_tokens" and _is_number(value):  # the page's own limit (below the engine's), same words
-            check_number("max new tokens", _typed(name, value), 1, page_token_limit(), whole=True)
+        if name == "max_new_tokens":  # the page's own limit (below the engine's), in the same words
+            try:
+                number = _typed(name, value)
+            except ValueError:  # not a number: configs() below says so
+                number = None
+            if number is not None:
+                check_number("max new tokens", number, 1, page_token_limit(), whole=True)
         configs(replace(defaults, **{"sizing": "custom", name: value}))

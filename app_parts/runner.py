@@ -38,6 +38,7 @@ from app_parts.views import (analysis_views, label, metrics_markdown, passes_not
 from eagle2.api import decoder_for, encode_prompt, stream
 from eagle2.inputs import check_text
 from eagle2.loading import Bundle
+from eagle2.tools.bench import turns
 from eagle2.tools.profile import check_profile
 
 log = logging.getLogger(__name__)
@@ -180,7 +181,7 @@ def _timed_pass(session: Session, gens: dict[str, Iterator], control: RunControl
                 if not complete(m, timed[m]):
                     session.meta.limit.cut[m] = round(share, 1)
             break
-        turn = active[rnd % len(active):] + active[:rnd % len(active)]
+        turn = turns(active, rnd)
         rnd += 1
         for m in turn:
             with _collector_paused():

@@ -12,6 +12,7 @@ from app_parts.session import MAX_FADED_NODES, TREE_METHODS, Session, session_tt
 from eagle2.decode.methods import LABELS as METHOD_LABELS
 from eagle2.decode.records import ACCEPTED, KEPT, ROOT, Node, StepRecord
 from viz.empty import note_figure
+from viz.labels import counted
 from viz import (accept_length_figure, calibration_figure, cost_figure, metrics_rows, position_heatmap, tokens_html,
                  tree_figure, tree_size_figure)
 
@@ -206,15 +207,11 @@ def step_caption(rec: StepRecord | None, dropped: int = 0) -> str:
             if dropped else "")
     new, cut = len(rec.new_tokens), len(rec.new_tokens) < len(rec.accepted) + 1
     why = {"eos": "the end-of-text token ended the run", "max_new_tokens": "the token limit ended the run"}
-    kept = (f"{len(rec.accepted)} accepted + bonus, of which {_count(new, 'new token')} kept ({why[rec.stop]})"
-            if cut and rec.stop in why else f"{len(rec.accepted)} accepted + bonus → {_count(new, 'new token')}")
+    kept = (f"{len(rec.accepted)} accepted + bonus, of which {counted(new, 'new token')} kept ({why[rec.stop]})"
+            if cut and rec.stop in why else f"{len(rec.accepted)} accepted + bonus → {counted(new, 'new token')}")
     return (f"Step {rec.step}: {drafted} drafted, {verified} verified, {kept} · draft {rec.draft_ms:.0f} ms, "
             f"verify {rec.verify_ms:.0f} ms, commit {rec.commit_ms:.0f} ms{gone}")
 
-
-def _count(n: int, noun: str) -> str:
-    """'1 new token', '3 new tokens'."""
-    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def session_caption(session: Session, method: str, step: int | None = None) -> str:

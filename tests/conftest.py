@@ -5,6 +5,7 @@ import contextlib
 import os
 import socket
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,13 @@ def tiny_target(vocab: int = 16, seed: int = 0, std: float = 0.02) -> LlamaForCa
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
     return model
+
+
+def first_step(dec, ids, cfg, **kw):
+    """The first drafted step of a run, whole: the run stops after it (`should_stop`) instead of being cut by a
+    token limit, which would keep only part of what the step accepted."""
+    asked = iter([False])
+    return list(dec.run(ids, replace(cfg, max_new_tokens=64), should_stop=lambda: next(asked, True), **kw))[1]
 
 
 @pytest.fixture

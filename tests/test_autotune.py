@@ -13,6 +13,7 @@ from eagle2.tools.autotune import (EXPAND_TIMES, MARGIN, MIN_PROBS, Option, choo
 from eagle2.tools.replay import accept_top_k, accept_with_floors, replay_runs, replay_tau
 from eagle2.config import DecodeConfig
 from eagle2.decode.engine import Decoder, encode_prompt
+from tests.conftest import first_step
 
 
 def _decoder(tiny):
@@ -24,24 +25,17 @@ _rng = random.Random(0)
 PROMPTS = [[_rng.randrange(1, 16) for _ in range(_rng.randrange(3, 9))] for _ in range(12)]
 
 
-def _first_step(dec, ids, cfg, **kw):
-    """The first drafted step of a run, whole: the run stops after it (`should_stop`) instead of being cut by a
-    token limit, which would keep only part of what the step accepted."""
-    asked = iter([False])
-    return list(dec.run(ids, replace(cfg, max_new_tokens=64), should_stop=lambda: next(asked, True), **kw))[1]
-
-
 @pytest.mark.slow
 def test_replay_of_a_big_tree_equals_running_the_small_tree(embedded):
     """The first step has the same context in both runs, so the replay must give exactly the accepted count
     (real model and head, so that drafts are accepted several deep)."""
     dec = decoder_for(embedded)
     big = DecodeConfig(total_tokens=60, depth=7, max_new_tokens=2)
-    firsts = [_first_step(dec, encode_prompt(embedded.tokenizer, t), big) for t in warmup_texts(3)]
+    firsts = [first_step(dec, encode_prompt(embedded.tokenizer, t), big) for t in warmup_texts(3)]
     deep = 0
     for n, d in [(2, 1), (6, 2), (12, 4), (26, 5), (40, 7)]:
         for t, first_big in zip(warmup_texts(3), firsts):
-            first_small = _first_step(dec, encode_prompt(embedded.tokenizer, t), replace(big, total_tokens=n, depth=d))
+            first_small = first_step(dec, encode_prompt(embedded.tokenizer, t), replace(big, total_tokens=n, depth=d))
             assert replay_tau([first_big], n, d) == len(first_small.accepted) + 1, (n, d, t)
             deep = max(deep, len(first_small.accepted))
     assert deep >= 2  # drafts were accepted beyond the first level: the replay walked real paths
@@ -55,7 +49,7 @@ def test_replay_with_floors_equals_running_the_tree_sized_by_confidence(embedded
     dec = decoder_for(embedded)
     big = DecodeConfig(total_tokens=60, depth=7, max_new_tokens=2)
     texts = warmup_texts()  # all eight, so that skipping near-floor cases still leaves 10 checked
-    firsts = [_first_step(dec, encode_prompt(embedded.tokenizer, t), big) for t in texts]
+    firsts = [first_step(dec, encode_prompt(embedded.tokenizer, t), big) for t in texts]
     seen, checked = set(), 0
     # Depth caps up to 5: deeper, the bf16 draft's scores drift by up to ~0.1 between the big and the sized
     # run (it rounds by batch, and a sized level batches fewer nodes), so a deep node's side of a floor is
@@ -67,7 +61,7 @@ def test_replay_with_floors_equals_running_the_tree_sized_by_confidence(embedded
             if any(min(abs(m.score - floor), abs(m.score - grow)) < 0.02 for m in first_big.nodes[1:]
                    if m.depth <= d):
                 continue  # the bf16 draft rounds by batch: a node this near a floor may fall either side
-            small = _first_step(dec, encode_prompt(embedded.tokenizer, t), small_cfg, prune=False)
+            small = first_step(dec, encode_prompt(embedded.tokenizer, t), small_cfg, prune=False)
             got = accept_with_floors(first_big, n, d, floor, grow)
             assert got == (len(small.accepted) + 1, len(small.verified), max(m.depth for m in small.nodes)), \
                 (n, d, p, x, t)
@@ -174,9 +168,9 @@ def test_a_smaller_top_k_replays_what_the_engine_accepts(tiny):
     big = DecodeConfig(total_tokens=40, depth=5, top_k=4, max_new_tokens=2)
     exact = below = 0
     for ids in PROMPTS:
-        first = _first_step(dec, ids, big, prune=False)  # the recording expands every node it may
+        first = first_step(dec, ids, big, prune=False)  # the recording expands every node it may
         for n, d, k in [(3, 2, 2), (6, 2, 3), (8, 4, 2), (12, 5, 3)]:
-            small = _first_step(dec, ids, replace(big, total_tokens=n, depth=d, top_k=k))
+            small = first_step(dec, ids, replace(big, total_tokens=n, depth=d, top_k=k))
             got, want = accept_top_k(first, n, d, k), len(small.accepted) + 1
             if d == 2:
                 assert got == want, (ids, n, d, k)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 
 import pytest
 
@@ -11,16 +10,10 @@ from eagle2.decode.engine import Decoder
 from eagle2.decode.records import KEPT
 from eagle2.decode.rerank import best, select_dynamic
 from eagle2.tools.replay import accept_by_size, replay_tau, size_curve, target_path
+from tests.conftest import first_step
 
 _rng = random.Random(1)
 PROMPTS = [[_rng.randrange(1, 16) for _ in range(_rng.randrange(3, 9))] for _ in range(10)]
-
-
-def _first_step(dec, ids, cfg, **kw):
-    """The first drafted step of a run, whole: the run stops after it (`should_stop`) instead of being cut by a
-    token limit, which would keep only part of what the step accepted."""
-    asked = iter([False])
-    return list(dec.run(ids, replace(cfg, max_new_tokens=64), should_stop=lambda: next(asked, True), **kw))[1]
 
 
 def _follow(r, keep: set[int]) -> int:
@@ -117,9 +110,9 @@ def test_static_replay_equals_running_the_cut_tree(embedded):
     deep = 0
     for text in warmup_texts(4):
         ids = encode_prompt(embedded.tokenizer, text)
-        first = _first_step(dec, ids, full)
+        first = first_step(dec, ids, full)
         for n in (2, 5, 8, 13, 21):
-            cut = _first_step(dec, ids, DecodeConfig(method="eagle1", tree=paths[:n - 1]))
+            cut = first_step(dec, ids, DecodeConfig(method="eagle1", tree=paths[:n - 1]))
             assert accept_by_size(first, n, static=True)[-1] == len(cut.accepted) + 1, (text, n)
             deep = max(deep, len(cut.accepted))
     assert deep >= 2  # the replay walked real paths beyond the first level

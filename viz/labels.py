@@ -39,3 +39,8 @@ def visible_text(text: str, max_len: int = 10) -> str:
 def label_html(text: str, max_len: int = 10) -> str:
     """`visible_text`, HTML-escaped for a Plotly text or hover label."""
     return html.escape(visible_text(text, max_len), quote=False)
+
+
+def counted(n: int, noun: str) -> str:
+    """'1 new token', '3 new tokens'."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")

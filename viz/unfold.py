@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 
 from eagle2.decode.records import KEPT, PRUNED, REJECTED, ROOT, UNEXPANDED, Node, StepRecord
 from viz.empty import note_figure
-from viz.labels import label_html
+from viz.labels import counted, label_html
 from viz.layout import tidy_layout
 from viz.tree_figure import PRUNED_LABELS_MAX, PRUNED_SLOT, bonus_entry, node_class
 
@@ -143,24 +143,19 @@ def _root_text(t: _Tree) -> str:
             f"tree hangs. The draft head reads the target's feature for it and drafts {how}: {listed}.{lost}")
 
 
-def _n(count: int, noun: str) -> str:
-    """'1 level', '3 levels'."""
-    return f"{count} {noun}" + ("" if count == 1 else "s")
-
-
 def _level_text(t: _Tree, d: int) -> str:
     if d > t.depth:
-        return (f"**No more levels: this tree is {_n(t.depth, 'level')} deep.** "
-                f"All {_n(len(t.r.nodes) - 1, 'drafted node')} are shown.")
+        return (f"**No more levels: this tree is {counted(t.depth, 'level')} deep.** "
+                f"All {counted(len(t.r.nodes) - 1, 'drafted node')} are shown.")
     grown = [n for n in t.at(d - 1) if n.expanded]
     new = t.at(d)
     head = f"**Level {d} of {t.depth}.** "
     if t.static:
         head += (f"EAGLE-1's tree has a fixed shape, chosen offline: every node of depth {d - 1} that has children "
                  f"in the shape is expanded, and no score decides it. At this level the shape drafts "
-                 f"{_n(len(new), 'node')} under {_n(len(grown), 'parent')}, whatever the draft's confidence.")
+                 f"{counted(len(new), 'node')} under {counted(len(grown), 'parent')}, whatever the draft's confidence.")
     elif d == 1:
-        head += f"The root is expanded: the draft proposes its top-{t.k} tokens, {_n(len(new), 'new node')}."
+        head += f"The root is expanded: the draft proposes its top-{t.k} tokens, {counted(len(new), 'new node')}."
     else:
         head += (f"The frontier is the {len(t.at(d - 1))} nodes of depth {d - 1}. EAGLE-2 ranks them by cumulative "
                  f"score (the log-probability of the whole path) and expands the top-{t.k}; {len(grown)} expanded, "
@@ -209,7 +204,7 @@ def _verdict_text(t: _Tree) -> str:
     by_id = {n.id: n for n in r.nodes}
     path = [by_id[i] for i in r.accepted if i in by_id]
     last = path[-1] if path else r.nodes[0]
-    said = (f"Accepted path: {' → '.join(_md(n.text) for n in path)} ({_n(len(path), 'drafted token')})." if path
+    said = (f"Accepted path: {' → '.join(_md(n.text) for n in path)} ({counted(len(path), 'drafted token')})." if path
             else "No drafted token was accepted.")
     rejected = [c for c in t.kids[last.id] if c.verdict == REJECTED]
     if rejected:
@@ -219,7 +214,7 @@ def _verdict_text(t: _Tree) -> str:
     said += (f" Bonus token: {_md(bonus[1])}, the target's own." if bonus
              else " The output ended (end of text or the token limit) before a bonus token.")
     return (f"**Verdict.** The target checks the {len(r.verified)} kept nodes (root included) in one forward. "
-            f"{said} This step committed {_n(len(r.new_tokens), 'new token')}.")
+            f"{said} This step committed {counted(len(r.new_tokens), 'new token')}.")
 
 
 def _label(record: StepRecord | None, method_label: str) -> str:

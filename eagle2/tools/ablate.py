@@ -4,7 +4,8 @@ run on one machine (`python -m eagle2.tools.ablate --prompts assets/bench/mt_ben
 Each variant is its own copy of the model and head, built from PyTorch's nn.Linear with the pieces of
 eagle2/cpu put back one by one, except those that only flip a process-wide switch of the row kernel (`SWITCHED`),
 which run the default's own copy; the variants take turns on every prompt, the first turn passing from one to
-the next, so a slow spell of the machine costs them alike. A piece worth under 3% end to end does not pay for its complexity.
+the next (`bench.turns`), so a slow spell of the machine costs them alike. A piece worth under 3% end to end does
+not pay for its complexity.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from dataclasses import replace
 from .. import cpu
 from ..cpu import rows
 from ..api import run
+from .bench import turns
 from .prompts import read_prompts
 from ..config import DecodeConfig
 from ..decode.engine import encode_prompt
@@ -114,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     ref: dict[int, list[int]] = {}
     order = list(bundles)
     for i, x in enumerate(ids):
-        for v in order[i % len(order):] + order[:i % len(order)]:  # each prompt starts with the next variant
+        for v in turns(order, i):
             b = bundles[v]
             for m, cfg in cfgs.items():
                 res = run_variant(v, b, x, cfg)

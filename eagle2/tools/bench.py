@@ -39,6 +39,14 @@ def _hf(model, ids: list[int], max_new: int, lookup: bool) -> tuple[list[int], f
     return out[0, len(ids):].tolist(), time.perf_counter() - t0
 
 
+def turns(items: list, i: int) -> list:
+    """The order `items` take turns in on the i-th round: each round starts one further on, so that none always
+    runs first (a slow spell of the machine, or a first run's warm-up, costs them alike). The bench, `ablate` and
+    the page's timed pass all take turns this way."""
+    k = i % len(items) if items else 0
+    return items[k:] + items[:k]
+
+
 def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: int, progress=print) -> dict:
     """Run each method on each prompt, the first on each prompt rotating so that none always runs first;
     returns {"methods": {name: metrics}, "per_prompt": [...]}."""
@@ -56,7 +64,7 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
     per_prompt, per_forwards, per_tokens = [], [], []
     for i, ids in enumerate(encoded):
         outs, fwds = {}, {}
-        for m in methods[i % len(methods):] + methods[:i % len(methods)]:  # the first turn passes along
+        for m in turns(methods, i):
             if m in OURS:
                 res = run(bundle, ids, cfg_for(m))
                 toks, wall = res.token_ids, res.wall_s

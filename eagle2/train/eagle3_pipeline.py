@@ -78,7 +78,7 @@ def references(tok, files: list[str], max_prompt_tokens: int, eos: int, context:
 
 
 def check(args: argparse.Namespace) -> None:
-    """Refuse a run with nothing to answer, before the target loads."""
+    """Refuse a run with nothing to answer (`train eagle3` calls it before the target loads)."""
     if not args.prompts and not args.self_prompts and not (Path(args.out) / eagle3.ANSWERS).exists():
         raise ValueError("nothing to answer: give --prompts FILES, --self-prompts N, or both")
 
@@ -89,7 +89,6 @@ def run(args: argparse.Namespace, target, tok) -> dict:
     from ..tools.prompts import read_prompts
     from .card import hardware, write_card3
 
-    check(args)
     t0 = time.time()
     end = t0 + args.minutes * 60
     out = Path(args.out)
