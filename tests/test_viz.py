@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import html
 import math
 import re
 from pathlib import Path
@@ -176,6 +177,42 @@ def test_tree_figure_bonus_under_root_when_nothing_accepted():
     root_x = node_points(fig)[0][0]
     bonus_edge = [t for t in fig.data if t.meta and t.meta.get("edges") == "bonus"][0]
     assert bonus_edge.x[0] == root_x and bonus_edge.x[1] == bonus.x[0]
+
+
+def _label_extents(fig) -> dict:
+    """(row y) -> (left, right, pruned?) of every label drawn on it, in pixels as the figure lays them out."""
+    from viz.layout import CHAR_PX, PLOT_PX
+
+    lo, hi = fig.layout.xaxis.range
+    px = PLOT_PX / (hi - lo)
+    rows: dict = {}
+    for t in node_traces(fig):
+        for x, y, text in zip(t.x, t.y, t.text or ()):
+            if text:
+                half = (len(visible_text(html.unescape(text), 8)) * CHAR_PX + 4) / 2
+                rows.setdefault(y, []).append((x * px - half, x * px + half, t.meta["nodes"] == "pruned"))
+    return rows
+
+
+def test_pruned_labels_only_where_they_fit():
+    """Under the crowd limit, the pruned nodes on a crowded row are labelled only where their labels clear the
+    row's others, the likeliest first; kept nodes and the bonus keep theirs (the page once drew "themthe…")."""
+    from viz.tree_figure import PRUNED_LABELS_MAX
+
+    n = len(TREE)
+    crowd = TREE + [(n + j, 6, f"word{j}", 3, j, 0.02 + j / 1000, PRUNED, None) for j in range(12)]
+    crowd[-1] = crowd[-1][:5] + (0.5,) + crowd[-1][6:]  # the likeliest pruned one, last in rank order
+    assert len(crowd) - n < PRUNED_LABELS_MAX
+    fig = tree_figure(make_record(crowd))
+    rows = _label_extents(fig)
+    for y, extents in rows.items():
+        for a in extents:
+            clash = [b for b in extents if b is not a and a[0] < b[1] and b[0] < a[1]]
+            assert not (a[2] and clash), f"a pruned node's label overlaps another on row {y}"
+    (faded,) = node_traces(fig, "pruned")
+    shown = {cd[0] for cd, text in zip(faded.customdata, faded.text) if text}
+    assert n + 11 in shown and len(shown & set(range(n, n + 12))) < 12
+    assert all(all(t.text) for t in node_traces(fig) if t.meta["nodes"] != "pruned")
 
 
 def test_tree_figure_no_bonus_when_cut_at_eos():

@@ -79,3 +79,35 @@ def tidy_layout(
              else left[node] + full[node] * scale[node] / 2)
         pos[node] = (x, -float(depth))
     return pos
+
+
+# The tree panels' plotting width in pixels (half the page, less the colour bar and margins), and the width of
+# one character of an 11-pixel label: enough to tell which labels would run into each other on a row.
+PLOT_PX = 360.0
+CHAR_PX = 6.5
+
+
+def labels_with_room(pos: Mapping[int, tuple[float, float]], texts: Mapping[int, str], always: Sequence[int],
+                     optional: Sequence[int], plot_px: float = PLOT_PX) -> set[int]:
+    """Which nodes get a label under their mark: every id in `always`, then each of `optional` in the order
+    given (most informative first) when its label clears every label already placed on its row. `pos` must
+    hold every node the figure draws (it sets the figure's x range: its leaves plus 0.8 on either side)."""
+    xs = [p[0] for p in pos.values()]
+    px_per_unit = plot_px / (max(xs) - min(xs) + 1.6) if xs else 1.0
+    placed: dict[float, list[tuple[float, float]]] = {}  # row y -> label extents in pixels
+
+    def extent(i: int) -> tuple[float, float]:
+        x, half = pos[i][0] * px_per_unit, (len(texts[i]) * CHAR_PX + 4) / 2
+        return x - half, x + half
+
+    chosen: set[int] = set()
+    for i in always:
+        placed.setdefault(pos[i][1], []).append(extent(i))
+        chosen.add(i)
+    for i in optional:
+        lo, hi = extent(i)
+        row = placed.setdefault(pos[i][1], [])
+        if all(hi <= a or lo >= b for a, b in row):
+            row.append((lo, hi))
+            chosen.add(i)
+    return chosen

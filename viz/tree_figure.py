@@ -15,12 +15,13 @@ import plotly.graph_objects as go
 
 from eagle2.decode.records import PRUNED, REJECTED, ROOT, UNEXPANDED, Node, StepRecord
 from viz.empty import note_figure
-from viz.labels import label_html
-from viz.layout import tidy_layout
+from viz.labels import label_html, visible_text
+from viz.layout import labels_with_room, tidy_layout
 
 _FADED = (PRUNED, UNEXPANDED)
 # Above this many pruned nodes their labels overlap into a grey smear (top-k 10 over 6 levels drafts 510
-# nodes), so they keep their marks and hover text but lose the label; kept nodes are always labelled.
+# nodes), so they keep their marks and hover text but lose the label; kept nodes are always labelled. Below
+# it a pruned node is labelled where its label clears its row's other labels (the most likely first).
 PRUNED_LABELS_MAX = 60
 # Width of each unlabelled pruned subtree (a labelled leaf takes 1): in a crowd of pruned nodes the kept
 # ones would otherwise be squeezed until their own labels overlap.
@@ -100,14 +101,29 @@ def _edge_trace(cls: str, segments: list[tuple[tuple[float, float], tuple[float,
     )
 
 
+def pruned_labels(nodes: list[Node], pos: dict[int, tuple[float, float]], pruned: list[Node],
+                  extra: dict[int, str] | None = None) -> set[int]:
+    """The pruned nodes whose labels fit beside the others (`labels_with_room`); none in a crowd. `extra`:
+    other labelled marks (the bonus star) by id, with their text."""
+    if len(pruned) > PRUNED_LABELS_MAX:
+        return set()
+    texts = {n.id: visible_text(n.text, 8) for n in nodes}
+    texts.update({i: visible_text(t, 8) for i, t in (extra or {}).items()})
+    kept = [n.id for n in nodes if n.status not in _FADED] + list(extra or {})
+    ranked = [n.id for n in sorted(pruned, key=lambda n: (-n.prob, n.depth, n.rank))]
+    return labels_with_room(pos, texts, kept, ranked)
+
+
 def _node_trace(cls: str, nodes: list[Node], pos: dict[int, tuple[float, float]],
-                unscored: frozenset[int] = frozenset()) -> go.Scatter:
+                unscored: frozenset[int] = frozenset(), labelled_ids: set[int] | None = None) -> go.Scatter:
+    """One class's marks; `labelled_ids`: which of them get a label (None: all)."""
     name, symbol, ring, ring_w, opacity, text_colour = _NODE_STYLE[cls]
-    labelled = cls != "pruned" or len(nodes) <= PRUNED_LABELS_MAX
+    labels = [label_html(n.text, 8) if labelled_ids is None or n.id in labelled_ids else "" for n in nodes]
+    labelled = any(labels)
     return go.Scatter(
         x=[pos[n.id][0] for n in nodes], y=[pos[n.id][1] for n in nodes],
         mode="markers+text" if labelled else "markers", name=name, legendgroup=cls, meta={"nodes": cls},
-        text=[label_html(n.text, 8) for n in nodes] if labelled else None, textposition="bottom center",
+        text=labels if labelled else None, textposition="bottom center",
         textfont=dict(size=11, color=text_colour),
         marker=dict(
             size=18 if cls == "root" else 15, symbol=symbol, opacity=opacity,
@@ -205,9 +221,10 @@ def tree_figure(record: StepRecord, title: str = "", show_pruned: bool = True, d
         if segs:
             fig.add_trace(_edge_trace(cls, segs))
     unscored = frozenset(n.id for n in record.nodes[1:] if not record.scored(n))
+    room = pruned_labels(shown, pos, by_class["pruned"], {bonus_id: bonus[1]} if bonus is not None else None)
     for cls, nodes in by_class.items():
         if nodes:
-            fig.add_trace(_node_trace(cls, nodes, pos, unscored))
+            fig.add_trace(_node_trace(cls, nodes, pos, unscored, room if cls == "pruned" else None))
     looked = [n for n in shown if n.source != "draft"]
     if looked:
         fig.add_trace(_lookup_trace(looked, pos))

@@ -13,8 +13,8 @@ import plotly.graph_objects as go
 
 from eagle2.decode.records import KEPT, PRUNED, REJECTED, ROOT, UNEXPANDED, Node, StepRecord
 from viz.empty import note_figure
-from viz.labels import counted, label_html
-from viz.layout import tidy_layout
+from viz.labels import counted, label_html, visible_text
+from viz.layout import labels_with_room, tidy_layout
 from viz.tree_figure import PRUNED_LABELS_MAX, PRUNED_SLOT, bonus_entry, node_class
 
 _FADED = (PRUNED, UNEXPANDED)
@@ -37,6 +37,9 @@ _STYLE: dict[str, tuple[str, str, str, float, float, int]] = {
 _EDGE = {"new": ("#333333", 2.5, "solid"), "faded": ("#c8c8c8", 1.0, "dot"), "pruned": ("#c8c8c8", 1.0, "dot"),
          "skipped": ("#c8c8c8", 1.0, "dot"), "accepted": ("#1a9641", 4.0, "solid")}
 _EDGE_DEFAULT = ("#888888", 1.5, "solid")
+# Classes whose marks are always labelled; the others (a level's many drafts, the faded and pruned) only where
+# their label clears the row's other labels, the most likely first.
+_LABEL_ALWAYS = ("root", "expanding", "kept", "accepted", "rejected", "verified")
 _HOVER = ("<b>%{customdata[1]}</b>  token %{customdata[2]}<br>p (local) %{customdata[3]:.3f}<br>"
           "score (cum. log-p) %{customdata[4]:.3f}<br>depth %{customdata[5]}, sibling rank %{customdata[6]}<br>"
           "status %{customdata[7]}<extra>node %{customdata[0]}</extra>")
@@ -294,6 +297,18 @@ def _classes(t: _Tree, kind: str, d: int) -> dict[int, str]:
     return out
 
 
+def _labelled(groups: dict[str, list[Node]], pos: dict[int, tuple[float, float]], extra: dict[int, str],
+              crowd: bool) -> set[int]:
+    """Which marks of a frame get a label (`_LABEL_ALWAYS`, then the rest where there is room; in a crowd the
+    faded and pruned get none). `extra`: other labelled marks (the bonus star) by id, with their text."""
+    texts = {n.id: visible_text(n.text, 8) for nodes in groups.values() for n in nodes}
+    texts.update({i: visible_text(t, 8) for i, t in extra.items()})
+    always = [n.id for c in _LABEL_ALWAYS for n in groups.get(c, [])] + list(extra)
+    rest = sorted((n for c, nodes in groups.items() if c not in _LABEL_ALWAYS
+                   and not (crowd and c in ("faded", "pruned")) for n in nodes), key=lambda n: (-n.prob, n.depth, n.rank))
+    return labels_with_room(pos, texts, always, [n.id for n in rest])
+
+
 def unfold_figure(record: StepRecord | None, stage: str, method_label: str = "") -> go.Figure:
     """The tree as it stood at one frame: nodes by what happened to them there, coloured by draft p."""
     kind, d = _parse(stage)
@@ -324,16 +339,18 @@ def unfold_figure(record: StepRecord | None, stage: str, method_label: str = "")
         go.Scatter(x=xs, y=ys, mode="lines", line=dict(color=c, width=w, dash=dash), hoverinfo="skip",
                    showlegend=False, meta={"edges": dash}) for (c, w, dash), (xs, ys) in edges.items()]
     crowd = len(cls) > 2 * PRUNED_LABELS_MAX
+    room = _labelled(groups, pos, {bonus_id: bonus[1]} if bonus is not None else {}, crowd)
     for c in _STYLE:
         nodes = groups.get(c)
         if not nodes:
             continue
         name, symbol, ring, ring_w, opacity, size = _STYLE[c]
-        labelled = not (crowd and c in ("faded", "pruned"))
+        labels = [label_html(n.text, 8) if n.id in room else "" for n in nodes]
+        labelled = any(labels)
         traces.append(go.Scatter(
             x=[pos[n.id][0] for n in nodes], y=[pos[n.id][1] for n in nodes],
             mode="markers+text" if labelled else "markers", name=name, meta={"nodes": c},
-            text=[label_html(n.text, 8) for n in nodes] if labelled else None, textposition="bottom center",
+            text=labels if labelled else None, textposition="bottom center",
             textfont=dict(size=11, color="#9e9e9e" if opacity < 0.5 else "#111111"),
             marker=dict(size=size, symbol=symbol, opacity=opacity, color=[n.prob for n in nodes],
                         coloraxis="coloraxis", line=dict(color=ring, width=ring_w)),
