@@ -39,8 +39,19 @@ def kind(value: object) -> str:
     return next((name for t, name in names if isinstance(value, t)), "something else")
 
 
+def bound(limit: object) -> str:
+    """A limit as a message writes it: a power of two (or one less) past ten million as 2^k or 2^k-1, so the
+    seed's limit reads 2^63-1, not a 19-digit number."""
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 10**7:
+        for k, text in ((limit.bit_length(), "2^{}-1"), (limit.bit_length() - 1, "2^{}")):
+            if limit == (1 << k) - (1 if text.endswith("-1") else 0):
+                return text.format(k)
+    return str(limit)
+
+
 def out_of_range(name: str, value: object, lo: object, hi: object) -> ValueError:
     """The message for a number outside lo..hi: the field, the value (shortened), the limit and what to do."""
+    lo, hi = bound(lo), bound(hi)
     return ValueError(f"{name}={shown(value)} is outside {lo}..{hi}: choose a value from {lo} to {hi}")
 
 
@@ -49,9 +60,10 @@ def check_number(name: str, value: object, lo: float, hi: float, whole: bool = F
     ok = isinstance(value, Integral) if whole else isinstance(value, Real)
     if not ok or isinstance(value, bool):
         wanted = "a whole number" if whole else "a number"
-        raise ValueError(f"{name} must be {wanted} from {lo} to {hi}, not {shown(value)} ({kind(value)})")
+        raise ValueError(f"{name} must be {wanted} from {bound(lo)} to {bound(hi)}, not {shown(value)} "
+                         f"({kind(value)})")
     if not isinstance(value, Integral) and not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number from {lo} to {hi}, not {value!r}")
+        raise ValueError(f"{name} must be a finite number from {bound(lo)} to {bound(hi)}, not {value!r}")
     if not lo <= value <= hi:
         raise out_of_range(name, value, lo, hi)
 

@@ -343,3 +343,11 @@ def test_the_served_page_answers_hostile_inputs_and_keeps_serving(embedded, tmp_
     blocks = (logged.err + logged.out).split("Traceback (most recent call last):")[1:]
     assert not blocks, blocks[0][:3000]
     print("\n".join(f"{k} -> {v}" for k, v in answers.items()))
+
+
+def test_a_refused_seed_names_its_limit_as_a_power_of_two():
+    """The seed's limit, 2^63-1, is written so, not as a 19-digit number a visitor has to count."""
+    for value in (2**63, -1, 10**30):
+        updates = list(generate(RunRequest(prompt=PROMPT, preset=PRESET, sizing="custom", seed=value), _no_model))
+        assert [u.error for u in updates if u.error], value
+        assert all("2^63-1" in u.error and str(2**63 - 1) not in u.error for u in updates if u.error)
