@@ -71,7 +71,8 @@ def _controls(ui: SimpleNamespace) -> None:
     presets, d = load_presets(), DecodeConfig()
     names = list(presets)
     r = ui.req = {}
-    r["preset"] = gr.Dropdown(names, value=names[0], label="Model and draft head (operator presets)")
+    r["preset"] = gr.Dropdown(names, value=names[0], label="Model and draft head (operator presets)",
+                              elem_id="preset")
     ui.info = gr.Markdown(model_info(presets[names[0]], CACHE), elem_id="model-info")
     r["prompt"] = gr.Textbox(label="Prompt (the chat template is applied)", lines=4, max_lines=12,
                              max_length=MAX_PROMPT_CHARS, elem_id="prompt",
