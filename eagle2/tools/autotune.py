@@ -334,7 +334,7 @@ def same_algorithm(settings: dict[str, dict]) -> str | None:
     if e2 and e1 and e2["total_tokens"] <= 2 and e1["total_tokens"] <= 2:
         return ("the tuned sizes verify one drafted token for both eagle2 and eagle1 (2 nodes): the same algorithm "
                 "here, so their ratio says nothing about the trees; compare them at a budget where both draft a "
-                "tree (--total-tokens 4 or more)")
+                "tree (--total-tokens 3 or more)")
     return None
 
 

@@ -25,12 +25,15 @@ from ..cpu.plan import cpu_name
 from ..decode.engine import encode_prompt
 from ..loading import Bundle
 
-# From 4 nodes (3 drafted: both methods still draft a tree; at 2 both verify the draft's top token alone, the same
-# algorithm) up to EAGLE-1's whole tree; from depth 2, so that EAGLE-2 can grow a tree of more than one level.
-PAGE_SIZES = (4, 5, 6, 8, 10, 12, 16, 20, 26)
+# From 3 nodes (2 drafted: EAGLE-1 always verifies the draft's top two children of the root, EAGLE-2 the best two
+# of everything it drafted, a fork or a chain as the draft's confidence says; at 2 both verify the draft's top token
+# alone, the same algorithm) up to EAGLE-1's whole tree; from depth 2, so that EAGLE-2 can grow a tree of more than
+# one level. On a CPU whose one-row step is cheap, 3 nodes is often the fastest tree (a fourth node costs about
+# as much as it gains).
+PAGE_SIZES = (3, 4, 5, 6, 8, 10, 12, 16, 20, 26)
 PAGE_DEPTHS = (2, 3, 4, 5, 6)
 PAGE_PROMPTS = 4  # tuning prompts warmed up on (the tuner's first four kinds of task)
-VERSION = 6  # 6: int8 rows times int16 inputs; 5: weights fetched ahead, eight rows in registers; 4: the layers in one call
+VERSION = 7  # 7: from 3 nodes; 6: int8 rows times int16 inputs; 5: weights fetched ahead, eight rows in registers; 4: the layers in one call
 HOW = ("verify timed at each size in 8 interleaved rounds (the first a warm-up) and drafting at each depth in 3, "
        "as a chain and at full width, each cost the median of its rounds, made non-decreasing in rows and depth")
 RECHECK = 0.2  # a run whose verify cost differs from the profile's by more than this share has it measured again
