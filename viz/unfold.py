@@ -37,9 +37,10 @@ _STYLE: dict[str, tuple[str, str, str, float, float, int]] = {
 _EDGE = {"new": ("#333333", 2.5, "solid"), "faded": ("#c8c8c8", 1.0, "dot"), "pruned": ("#c8c8c8", 1.0, "dot"),
          "skipped": ("#c8c8c8", 1.0, "dot"), "accepted": ("#1a9641", 4.0, "solid")}
 _EDGE_DEFAULT = ("#888888", 1.5, "solid")
-# Classes whose marks are always labelled; the others (a level's many drafts, the faded and pruned) only where
-# their label clears the row's other labels, the most likely first.
-_LABEL_ALWAYS = ("root", "expanding", "kept", "accepted", "rejected", "verified")
+# Classes whose marks are always labelled (what a frame is about: the expanded and the skipped, the verdict); the
+# others (a level's many drafts, the faded and pruned) only where their label clears the row's other labels, the
+# most likely first.
+_LABEL_ALWAYS = ("root", "expanding", "skipped", "kept", "accepted", "rejected", "verified")
 _HOVER = ("<b>%{customdata[1]}</b>  token %{customdata[2]}<br>p (local) %{customdata[3]:.3f}<br>"
           "score (cum. log-p) %{customdata[4]:.3f}<br>depth %{customdata[5]}, sibling rank %{customdata[6]}<br>"
           "status %{customdata[7]}<extra>node %{customdata[0]}</extra>")
@@ -304,8 +305,9 @@ def _labelled(groups: dict[str, list[Node]], pos: dict[int, tuple[float, float]]
     texts = {n.id: visible_text(n.text, 8) for nodes in groups.values() for n in nodes}
     texts.update({i: visible_text(t, 8) for i, t in extra.items()})
     always = [n.id for c in _LABEL_ALWAYS for n in groups.get(c, [])] + list(extra)
-    rest = sorted((n for c, nodes in groups.items() if c not in _LABEL_ALWAYS
-                   and not (crowd and c in ("faded", "pruned")) for n in nodes), key=lambda n: (-n.prob, n.depth, n.rank))
+    rest = [n for c, nodes in groups.items() if c not in _LABEL_ALWAYS and not (crowd and c in ("faded", "pruned"))
+            for n in nodes]
+    rest.sort(key=lambda n: (-n.prob, n.depth, n.rank))
     return labels_with_room(pos, texts, always, [n.id for n in rest])
 
 
