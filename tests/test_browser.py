@@ -335,7 +335,10 @@ def test_stop_while_waiting_leaves_the_queue_without_decoding(page):
         second.wait_for_function("() => (document.querySelector('#status')?.innerText || '')"
                                  ".includes('Taken out of the queue')")
         first.click("#stop")
-        _wait_status(first, "Stopped. Kept what was produced")
+        try:
+            _wait_status(first, "Stopped. Kept what was produced")
+        except Exception as e:  # say where the first visitor's run stood (it once never showed this)
+            raise AssertionError(f"the first visitor's status after Stop: {_status(first)!r}") from e
         _wait_status(second, "Stopped before it started")
         assert "no output yet" in second.locator("#text-eagle2").inner_text()
     finally:
