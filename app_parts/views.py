@@ -213,7 +213,6 @@ def step_caption(rec: StepRecord | None, dropped: int = 0) -> str:
             f"verify {rec.verify_ms:.0f} ms, commit {rec.commit_ms:.0f} ms{gone}")
 
 
-
 def session_caption(session: Session, method: str, step: int | None = None) -> str:
     """`step_caption` for a session's step (the latest when None), saying what the session did not keep."""
     rec = session.record(method, step)

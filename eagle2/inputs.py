@@ -43,9 +43,11 @@ def bound(limit: object) -> str:
     """A limit as a message writes it: a power of two (or one less) past ten million as 2^k or 2^k-1, so the
     seed's limit reads 2^63-1, not a 19-digit number."""
     if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 10**7:
-        for k, text in ((limit.bit_length(), "2^{}-1"), (limit.bit_length() - 1, "2^{}")):
-            if limit == (1 << k) - (1 if text.endswith("-1") else 0):
-                return text.format(k)
+        k = limit.bit_length()
+        if limit == (1 << k) - 1:
+            return f"2^{k}-1"
+        if limit == 1 << (k - 1):
+            return f"2^{k - 1}"
     return str(limit)
 
 

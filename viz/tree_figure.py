@@ -101,17 +101,24 @@ def _edge_trace(cls: str, segments: list[tuple[tuple[float, float], tuple[float,
     )
 
 
+def labels_that_fit(pos: dict[int, tuple[float, float]], nodes: list[Node], always: list[int],
+                    optional: list[Node], extra: dict[int, str] | None = None) -> set[int]:
+    """Ids of the marks to label: `always`, then those of `optional` whose labels clear their row's others, the
+    likeliest first (`labels_with_room`). `nodes`: every drawn node; `extra`: other labelled marks (the bonus
+    star) by id, with their text."""
+    extra = extra or {}
+    texts = {n.id: visible_text(n.text, 8) for n in nodes}
+    texts.update({i: visible_text(t, 8) for i, t in extra.items()})
+    ranked = sorted(optional, key=lambda n: (-n.prob, n.depth, n.rank))
+    return labels_with_room(pos, texts, [*always, *extra], [n.id for n in ranked])
+
+
 def pruned_labels(nodes: list[Node], pos: dict[int, tuple[float, float]], pruned: list[Node],
                   extra: dict[int, str] | None = None) -> set[int]:
-    """The pruned nodes whose labels fit beside the others (`labels_with_room`); none in a crowd. `extra`:
-    other labelled marks (the bonus star) by id, with their text."""
+    """The pruned nodes whose labels fit beside the kept ones' (`labels_that_fit`); none in a crowd."""
     if len(pruned) > PRUNED_LABELS_MAX:
         return set()
-    texts = {n.id: visible_text(n.text, 8) for n in nodes}
-    texts.update({i: visible_text(t, 8) for i, t in (extra or {}).items()})
-    kept = [n.id for n in nodes if n.status not in _FADED] + list(extra or {})
-    ranked = [n.id for n in sorted(pruned, key=lambda n: (-n.prob, n.depth, n.rank))]
-    return labels_with_room(pos, texts, kept, ranked)
+    return labels_that_fit(pos, nodes, [n.id for n in nodes if n.status not in _FADED], pruned, extra)
 
 
 def _node_trace(cls: str, nodes: list[Node], pos: dict[int, tuple[float, float]],

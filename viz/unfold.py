@@ -13,9 +13,9 @@ import plotly.graph_objects as go
 
 from eagle2.decode.records import KEPT, PRUNED, REJECTED, ROOT, UNEXPANDED, Node, StepRecord
 from viz.empty import note_figure
-from viz.labels import counted, label_html, visible_text
-from viz.layout import labels_with_room, tidy_layout
-from viz.tree_figure import PRUNED_LABELS_MAX, PRUNED_SLOT, bonus_entry, node_class
+from viz.labels import counted, label_html
+from viz.layout import tidy_layout
+from viz.tree_figure import PRUNED_LABELS_MAX, PRUNED_SLOT, bonus_entry, labels_that_fit, node_class
 
 _FADED = (PRUNED, UNEXPANDED)
 _MD = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")  # label_html has already made < and & entities
@@ -302,13 +302,10 @@ def _labelled(groups: dict[str, list[Node]], pos: dict[int, tuple[float, float]]
               crowd: bool) -> set[int]:
     """Which marks of a frame get a label (`_LABEL_ALWAYS`, then the rest where there is room; in a crowd the
     faded and pruned get none). `extra`: other labelled marks (the bonus star) by id, with their text."""
-    texts = {n.id: visible_text(n.text, 8) for nodes in groups.values() for n in nodes}
-    texts.update({i: visible_text(t, 8) for i, t in extra.items()})
-    always = [n.id for c in _LABEL_ALWAYS for n in groups.get(c, [])] + list(extra)
+    always = [n.id for c in _LABEL_ALWAYS for n in groups.get(c, [])]
     rest = [n for c, nodes in groups.items() if c not in _LABEL_ALWAYS and not (crowd and c in ("faded", "pruned"))
             for n in nodes]
-    rest.sort(key=lambda n: (-n.prob, n.depth, n.rank))
-    return labels_with_room(pos, texts, always, [n.id for n in rest])
+    return labels_that_fit(pos, [n for nodes in groups.values() for n in nodes], always, rest, extra)
 
 
 def unfold_figure(record: StepRecord | None, stage: str, method_label: str = "") -> go.Figure:
