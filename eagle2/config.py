@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .inputs import check_number, load_json, shown
+from .policies import CHAIN, DYNAMIC, GROWTHS, PLAIN, STATIC
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
-METHODS = ("eagle2", "eagle1", "vanilla")
+METHODS = GROWTHS  # what the engine grows (eagle2/policies.py names the methods that run them)
 
 # Bounds enforced by the engine as well as by the page's widgets.
 LIMITS = {
@@ -22,6 +23,7 @@ LIMITS = {
     "lookup_tokens": (1, 32),
     "min_prob": (0.0, 1.0),
     "expand_prob": (0.0, 1.0),
+    "p_min": (0.0, 1.0),
     "static_nodes": (1, 127),
     "draft_tokens": (0, 1 << 20),
     "seed": (0, 2**63 - 1),  # torch's generators take 64-bit seeds; a signed 64-bit one is portable
@@ -113,19 +115,27 @@ class DecodeConfig:
     # The draft scores the first draft_tokens tokens of the head's draft vocabulary (0: all of it). Fewer is a
     # cheaper draft level and fewer tokens the draft can propose; verification always uses the full vocabulary.
     draft_tokens: int = 0
+    # A chain (method "chain": depth drafted tokens, the draft's top-1 each) stops drafting at the first token
+    # whose draft probability is below p_min, as llama.cpp's --spec-draft-p-min does (0: never).
+    p_min: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.method, str) or self.method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, not {shown(self.method)}")
         for name in ("max_new_tokens", "temperature", "top_p", "seed", "total_tokens", "depth", "top_k",
-                     "lookup_tokens", "min_prob", "expand_prob", "draft_tokens"):
+                     "lookup_tokens", "min_prob", "expand_prob", "draft_tokens", "p_min"):
             check_number(name, getattr(self, name), *LIMITS[name], whole=name in WHOLE)
         if not isinstance(self.lookup, bool):
             raise ValueError(f"lookup must be true or false, not {self.lookup!r}")
         if not self.tree:
             object.__setattr__(self, "tree", parse_tree(STATIC_PRESET, max(self.top_k, 4)))
-        need = self.top_k if self.method == "eagle2" else self.static_top_k
-        if self.draft_tokens and self.method != "vanilla" and self.draft_tokens < need:
+        if self.method == CHAIN and (self.top_k != 1 or self.total_tokens != self.depth + 1):
+            raise ValueError(f"a chain drafts the top-1 token at each of its {self.depth} levels: top_k=1 and "
+                             f"total_tokens={self.depth + 1}, not top_k={self.top_k}, total_tokens={self.total_tokens}")
+        if self.p_min and self.method != CHAIN:
+            raise ValueError("p_min stops a chain early (method chain); other methods do not read it")
+        need = self.top_k if self.method in (DYNAMIC, CHAIN) else self.static_top_k
+        if self.draft_tokens and self.method != PLAIN and self.draft_tokens < need:
             raise ValueError(f"draft_tokens={self.draft_tokens} is fewer than the {need} candidates the draft "
                              f"proposes per node; use at least {need}, or 0 for the head's whole draft vocabulary")
 
@@ -139,9 +149,9 @@ class DecodeConfig:
         """The method this config runs, by its name (eagle2/decode/methods.py): `eagle2` is the paper's algorithm
         only; confidence sizing and the prompt-lookup branch are this project's additions and carry their own
         names."""
-        if self.method != "eagle2":
+        if self.method != DYNAMIC:
             return self.method
-        return "eagle2" + ("_sized" if self.sized else "") + ("_lookup" if self.lookup else "")
+        return DYNAMIC + ("_sized" if self.sized else "") + ("_lookup" if self.lookup else "")
 
     @property
     def greedy(self) -> bool:

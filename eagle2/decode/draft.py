@@ -7,6 +7,7 @@ The draft head itself runs behind a `Drafter` (the engine's), which owns its cac
 """
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 import torch
@@ -150,6 +151,20 @@ class DraftTree:
                 break
             level = self._expand(grow, k, {i: spec[path[i]] for i in grow})
         self._kept = list(range(len(self.pool)))  # drafted in level order: parents before children
+        return self._kept
+
+    def grow_chain(self, depth: int, p_min: float = 0.0) -> list[int]:
+        """A chain: the draft's top-1 token at each of `depth` levels, every one kept, stopping before the first
+        whose draft probability is below `p_min` (llama.cpp's --spec-draft-p-min); that one stays in the pool,
+        drafted but not verified."""
+        floor = math.log(p_min) if p_min > 0 else -math.inf
+        kept, level = [0], self._root(1)
+        while level and self.pool[level[0]].logp >= floor:
+            kept.append(level[0])
+            if len(kept) > depth:  # depth drafted tokens below the root
+                break
+            level = self._expand(level, 1)
+        self._kept = kept
         return self._kept
 
     # ---- what the target verifies --------------------------------------------------------------------

@@ -22,6 +22,7 @@ from transformers import DynamicCache
 from .cache import keep_positions, new_cache
 from ..config import DecodeConfig
 from ..heads import Head
+from ..policies import CHAIN, DYNAMIC, PLAIN, STATIC
 from .draft import LOG_FLOOR, DraftTree
 from .lookup import continuation
 from .records import KEPT, PRUNED, ROOT, UNEXPANDED, Node, StepRecord
@@ -178,12 +179,14 @@ class Decoder:
     def draft_tree(self, st: _State, cfg: DecodeConfig, prune: bool = True) -> DraftTree:
         """Grow this step's tree; the drafted pairs leave the head cache again."""
         tree = DraftTree(st.root, _Drafter(self, st))
-        if cfg.method == "eagle2":
+        if cfg.method == DYNAMIC:
             if cfg.lookup:
                 tree.attach_lookup(continuation(st.history, cfg.lookup_tokens))
             tree.grow_dynamic(cfg, prune)
-        elif cfg.method == "eagle1":
+        elif cfg.method == STATIC:
             tree.grow_static(cfg.tree)
+        elif cfg.method == CHAIN:
+            tree.grow_chain(cfg.depth, cfg.p_min)
         truncate(st.head_cache, st.head_len)
         return tree
 
@@ -273,7 +276,7 @@ class Decoder:
     def _record(self, step, cfg, prefix_len, tree: DraftTree, kept, decision, new, stop, times) -> StepRecord:
         """Freeze one step into plain data: every candidate, its status and the target's verdict."""
         pos, text, nodes = {old: j for j, old in enumerate(kept)}, self.token_text, []
-        for i, c in enumerate(tree.pool if cfg.method != "vanilla" else ()):
+        for i, c in enumerate(tree.pool if cfg.method != PLAIN else ()):
             j = pos.get(i)
             status = ROOT if i == 0 else KEPT if j is not None else PRUNED if c.expanded else UNEXPANDED
             tt = decision.target_tokens[j] if (j is not None and decision.target_tokens) else None

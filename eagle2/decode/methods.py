@@ -11,37 +11,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..config import STATIC_PRESET, DecodeConfig, cut_tree, load_tree_presets, parse_tree
+from ..config import LIMITS, STATIC_PRESET, DecodeConfig, cut_tree, load_tree_presets, parse_tree
+from ..inputs import check_number
+from ..policies import DYNAMIC, EAGLE2_KINDS, LABELS, OURS, PEERS, STATIC, TUNED, policy  # noqa: F401  (re-exported)
 
-EAGLE2_KINDS = ("eagle2", "eagle2_sized", "eagle2_lookup", "eagle2_sized_lookup")
-OURS = ("vanilla", "eagle1", *EAGLE2_KINDS)
-PEERS = ("hf_greedy", "hf_lookup")  # transformers' own greedy and prompt-lookup generate
-TUNED = ("eagle2", "eagle2_sized", "eagle1")  # the methods with settings of their own to tune
-LABELS = {
-    "eagle2": "EAGLE-2",
-    "eagle2_sized": "EAGLE-2 + confidence sizing (ours)",
-    "eagle2_lookup": "EAGLE-2 + prompt-lookup branch (ours)",
-    "eagle2_sized_lookup": "EAGLE-2 + confidence sizing + prompt-lookup branch (ours)",
-    "eagle1": "EAGLE-1 (static tree)",
-    "vanilla": "plain decoding",
-    "hf_greedy": "transformers greedy generate",
-    "hf_lookup": "transformers prompt-lookup generate",
-}
 SIZED_DEFAULT = (0.12, 0.48)  # eagle2_sized's keep and expand floors when neither is given nor tuned
 STATIC_NODES = len(load_tree_presets()[STATIC_PRESET]) + 1  # EAGLE-1's whole tree, root included
 
 
 def is_sized(name: str) -> bool:
-    return name in ("eagle2_sized", "eagle2_sized_lookup")
+    return policy(name).sized
 
 
 def has_lookup(name: str) -> bool:
-    return name in ("eagle2_lookup", "eagle2_sized_lookup")
+    return policy(name).lookup
 
 
 def tuned_as(name: str) -> str:
     """Whose tuned settings a method runs with: a lookup variant takes its tree's (the branch has none)."""
-    return {"eagle2_lookup": "eagle2", "eagle2_sized_lookup": "eagle2_sized"}.get(name, name)
+    return policy(name).tuned_by or name
 
 
 @dataclass(frozen=True)
@@ -57,6 +45,8 @@ class Shared:
     top_k: int = DecodeConfig.top_k
     tree: str | list | None = None                 # EAGLE-1's tree; None: mc_sim_7b_63 cut to the budget
     lookup_tokens: int = DecodeConfig.lookup_tokens
+    chain_tokens: int = 3                          # a chain's drafted tokens (method chain)
+    p_min: float = 0.0                             # a chain stops before a draft less probable than this
     min_prob: float | None = None                  # eagle2_sized's floors; None: SIZED_DEFAULT
     expand_prob: float | None = None
     draft_tokens: int = 0                          # the draft vocabulary of every tree method (0: all)
@@ -72,8 +62,9 @@ def static_tree(spec: str | list | None, total_tokens: int) -> tuple[tuple[int, 
 
 def budget_note(s: Shared, methods: list[str]) -> str | None:
     """What to tell the user when EAGLE-1 cannot match the node budget (its whole tree is smaller)."""
-    total = s.tuned.get("eagle1", {}).get("total_tokens", s.total_tokens)
-    if "eagle1" in methods and s.tree is None and total > STATIC_NODES:
+    statics = [m for m in methods if policy(m).static]
+    total = s.tuned.get(tuned_as(statics[0]), {}).get("total_tokens", s.total_tokens) if statics else 0
+    if statics and s.tree is None and total > STATIC_NODES:
         return (f"note: EAGLE-1's tree {STATIC_PRESET} has {STATIC_NODES} nodes, so a budget of {total} runs it "
                 f"whole: the trees do not share a budget")
     return None
@@ -97,11 +88,16 @@ def config_for(name: str, s: Shared) -> DecodeConfig:
     total = t.get("total_tokens", s.total_tokens)
     common = dict(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, seed=s.seed,
                   draft_tokens=t.get("draft_tokens", s.draft_tokens))
-    if name == "vanilla":
-        return DecodeConfig(method="vanilla", **common)
-    if name == "eagle1":
+    p = policy(name)
+    if p.plain:
+        return DecodeConfig(method=p.growth, **common)
+    if p.static:
         tree = static_tree(s.tree, total)
-        return DecodeConfig(method="eagle1", tree=tree, total_tokens=len(tree) + 1, **common)
+        return DecodeConfig(method=p.growth, tree=tree, total_tokens=len(tree) + 1, **common)
+    if p.chain:
+        check_number("chain_tokens", s.chain_tokens, *LIMITS["depth"], whole=True)
+        return DecodeConfig(method=p.growth, depth=s.chain_tokens, top_k=1, total_tokens=s.chain_tokens + 1,
+                            p_min=s.p_min, **common)
     floors = {}
     if is_sized(name):
         keep = t.get("min_prob", SIZED_DEFAULT[0] if s.min_prob is None else s.min_prob)
@@ -109,7 +105,7 @@ def config_for(name: str, s: Shared) -> DecodeConfig:
         if not (keep or grow):
             raise ValueError(f"{name} sizes the tree by confidence: give --min-prob or --expand-prob above 0")
         floors = dict(min_prob=keep, expand_prob=grow)
-    return DecodeConfig(method="eagle2", total_tokens=total, depth=t.get("depth", s.depth),
+    return DecodeConfig(method=p.growth, total_tokens=total, depth=t.get("depth", s.depth),
                         top_k=t.get("top_k", s.top_k), lookup=has_lookup(name), lookup_tokens=s.lookup_tokens,
                         **floors, **common)
 
@@ -118,11 +114,14 @@ def settings_of(cfg: DecodeConfig) -> dict:
     """What a config ran with, as plain data for the JSON: only the settings its method uses."""
     out: dict = {"method": cfg.name, "max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature,
                  "top_p": cfg.top_p, "seed": cfg.seed}
-    if cfg.method == "vanilla":
+    p = policy(cfg.name)
+    if p.plain:
         return out
     out["draft_tokens"] = cfg.draft_tokens
-    if cfg.method == "eagle1":
+    if p.static:
         return {**out, "total_tokens": len(cfg.tree) + 1, "tree": [list(p) for p in cfg.tree]}
+    if p.chain:
+        return {**out, "chain_tokens": cfg.depth, "p_min": cfg.p_min, "total_tokens": cfg.total_tokens}
     out.update(total_tokens=cfg.total_tokens, depth=cfg.depth, top_k=cfg.top_k)
     if cfg.sized:
         out.update(min_prob=cfg.min_prob, expand_prob=cfg.expand_prob)
@@ -134,4 +133,4 @@ def settings_of(cfg: DecodeConfig) -> dict:
 def tunable(methods: list[str], tree_given: bool) -> list[str]:
     """Which tuned settings `methods` need (`tuned_as`): EAGLE-1's only when its tree is not given."""
     need = {tuned_as(m) for m in methods}
-    return [m for m in TUNED if m in need and not (m == "eagle1" and tree_given)]
+    return [m for m in TUNED if m in need and not (policy(m).static and tree_given)]
