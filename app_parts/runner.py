@@ -38,6 +38,7 @@ from app_parts.views import (analysis_views, label, metrics_markdown, passes_not
 from eagle2.api import decoder_for, encode_prompt, stream
 from eagle2.inputs import check_text
 from eagle2.loading import Bundle
+from eagle2.policies import PLAIN
 from eagle2.tools.bench import turns
 from eagle2.tools.profile import check_profile
 
@@ -344,7 +345,7 @@ def _generate(req: RunRequest, get_bundle, show_pruned: bool, control: RunContro
                                  same_tokens=_same_tokens(session, live))
     if profile:  # the profile against the steps this run has just timed
         check = check_profile(profile, session.records("eagle2"), cfgs["eagle2"].total_tokens,
-                              plain=session.records("vanilla") if "vanilla" in session.runs else None)
+                              plain=session.records(PLAIN) if PLAIN in session.runs else None)
         if check is not None:
             session.meta.costs.check = check
             if not check["ok"] and profile_stale is not None:

@@ -22,8 +22,9 @@ from eagle2.config import METHODS
 from eagle2.decode.records import PRUNED, SOURCES, UNEXPANDED, StepRecord, Trace
 from eagle2.files import write_atomic
 from eagle2.inputs import shown
+from eagle2.policies import PANELS
 
-TREE_METHODS = ("eagle2", "eagle1")
+TREE_METHODS = PANELS
 MAX_TRACE_BYTES = 200 * 1024 * 1024
 # Pruned and never-expanded draft nodes one session keeps (about 350 bytes each in memory, so about 7 MB): the
 # paper's tree drafts 510 a step, so a long run at its settings would otherwise keep tens of MB per visitor.

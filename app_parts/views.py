@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from app_parts.session import MAX_FADED_NODES, TREE_METHODS, Session, session_ttl_s
 from eagle2.decode.methods import LABELS as METHOD_LABELS
 from eagle2.decode.records import ACCEPTED, KEPT, ROOT, Node, StepRecord
+from eagle2.policies import DYNAMIC, PLAIN
 from viz.empty import note_figure
 from viz.labels import counted
 from viz import (accept_length_figure, calibration_figure, cost_figure, metrics_rows, position_heatmap, tokens_html,
@@ -22,8 +23,8 @@ LABELS = {"eagle2": "EAGLE-2 (dynamic tree)", "eagle1": "EAGLE-1 (static tree)",
 
 def label(session: Session, method: str) -> str:
     """A run's name as it ran: the EAGLE-2 column says when it was one of this project's variants."""
-    name = session.meta.settings.get("eagle2_method", "eagle2") if method == "eagle2" else method
-    return LABELS[method] if name == "eagle2" else METHOD_LABELS.get(name, name)
+    name = session.meta.settings.get("eagle2_method", DYNAMIC) if method == DYNAMIC else method
+    return LABELS[method] if name == method else METHOD_LABELS.get(name, name)
 
 
 def warm_up() -> None:
@@ -73,7 +74,7 @@ def _vanilla_tps(session: Session) -> float | None:
 def _same_output(session: Session, method: str) -> str:
     """Whether a method's tokens equal plain decoding's (greedy), as a short table cell."""
     ref, recs = session.records("vanilla"), session.records(method)
-    if not ref or not recs or method == "vanilla":
+    if not ref or not recs or method == PLAIN:
         return "—"
     if not session.meta.greedy:
         return "sampled"
@@ -88,7 +89,7 @@ def _same_output(session: Session, method: str) -> str:
 
 def metrics_markdown(session: Session) -> str:
     """A table of tokens, target forwards, mean accept length, tokens/s and speedup per method."""
-    runs = {m: session.records(m) for m in ("eagle2", "eagle1", "vanilla") if session.records(m)}
+    runs = {m: session.records(m) for m in (*TREE_METHODS, PLAIN) if session.records(m)}
     if not runs:
         return "No run yet."
     wall = _wall_s(session)

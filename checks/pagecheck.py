@@ -20,20 +20,21 @@ from app_parts.presets import CACHE, load_presets
 from app_parts.runner import generate
 from app_parts.settings import RunRequest, configs
 from eagle2.tools.prompts import read_prompts
+from eagle2.policies import PANELS, PLAIN, policy
 
 PROMPTS = ["Explain in three sentences why the sky is blue.",
            "Write a short poem about a lighthouse keeper who talks to the sea.",
            "Translate into French: The meeting has been moved to Thursday afternoon because the room is booked."]
-METHODS = ("eagle2", "eagle1", "vanilla")
+METHODS = (*PANELS, PLAIN)
 
 
 def cli_flags(cfgs: dict, method: str) -> list[str]:
     """`python -m eagle2 generate` flags that run what the page ran for `method`."""
     c = cfgs[method]
     flags = ["--method", method, "--max-new-tokens", str(c.max_new_tokens), "--draft-tokens", str(c.draft_tokens)]
-    if method == "eagle2":
+    if policy(method).dynamic:
         flags += ["--total-tokens", str(c.total_tokens), "--depth", str(c.depth), "--top-k", str(c.top_k)]
-    elif method == "eagle1":
+    elif policy(method).static:
         flags += ["--tree", json.dumps([list(p) for p in c.tree])]
     return flags
 

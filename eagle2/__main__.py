@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from .tools.cli_common import decode_args, prepare, tune_shared
 from .decode.methods import OURS, budget_note, config_for, settings_of
+from .policies import policy
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
@@ -36,12 +37,12 @@ def cmd_generate(args: argparse.Namespace) -> None:
         if tuned:
             out["tuned"] = tuned
         steps = [r for r in res.records if r.nodes]
-        if cfg.method in ("eagle2", "eagle1") and cfg.greedy and not cfg.lookup and not cfg.sized and steps:
+        if policy(cfg.name).paper and cfg.greedy and steps:
             from .tools.replay import size_curve
 
             # what a tree of 1, 2, ... N nodes would have accepted a step on this run's own steps (EAGLE-1: its
             # static tree cut breadth first)
-            curve = size_curve(steps, max(len(r.verified) for r in steps), static=cfg.method == "eagle1")
+            curve = size_curve(steps, max(len(r.verified) for r in steps), static=policy(cfg.name).static)
             out["replayed_accept_length_by_nodes"] = [round(t, 4) for t in curve]
         print(json.dumps(out))
     else:

@@ -75,7 +75,7 @@ REGISTRY: dict[str, Policy] = {p.name: p for p in (
     Policy("chain", "chain (top-1 drafts)", CHAIN, ("chain_tokens", "p_min", "draft_tokens")),
     Policy("vanilla", "plain decoding", PLAIN, ()),
     Policy("hf_greedy", "transformers greedy generate", None, ()),
-    Policy("hf_lookup", "transformers prompt-lookup generate", None, ()),
+    Policy("hf_lookup", "transformers prompt-lookup generate", None, (), lookup=True),
 )}
 
 OURS = tuple(n for n, p in REGISTRY.items() if not p.peer)      # what our engine runs
@@ -83,6 +83,8 @@ PEERS = tuple(n for n, p in REGISTRY.items() if p.peer)         # transformers' 
 TUNED = tuple(dict.fromkeys(p.tuned_by for p in REGISTRY.values() if p.tuned_by))  # with settings to tune
 EAGLE2_KINDS = tuple(n for n, p in REGISTRY.items() if p.dynamic)
 LABELS = {n: p.label for n, p in REGISTRY.items()}
+VANILLA, HF_GREEDY = "vanilla", "hf_greedy"  # the references: our plain decoding, transformers' greedy generate
+PANELS = ("eagle2", "eagle1")  # the page's two tree panels by default: the paper's dynamic tree beside the static
 
 
 def policy(name: str) -> Policy:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from eagle2.policies import CHAIN, policy
+
 
 def sweep_figure(rows: list[dict]) -> go.Figure:
     """Two panels (speedup over plain decoding, tau) against total verified tokens; one line per depth."""
@@ -11,10 +13,11 @@ def sweep_figure(rows: list[dict]) -> go.Figure:
                                                        "mean accept length τ"))
     groups: dict[str, list[dict]] = {}
     for r in rows:
-        if r["method"] == "vanilla":
+        p = policy(r["method"])
+        if p.plain:
             continue
-        key = f"EAGLE-2 depth {r['depth']}" if r["method"] == "eagle2" else \
-            ("EAGLE-1 chain" if r["label"].startswith("chain") else "EAGLE-1 mc_sim cut by depth")
+        key = f"EAGLE-2 depth {r['depth']}" if p.dynamic else \
+            ("EAGLE-1 chain" if r["label"].startswith(CHAIN) else "EAGLE-1 mc_sim cut by depth")
         groups.setdefault(key, []).append(r)
     palette = ["#1f77b4", "#2ca02c", "#9467bd", "#e377c2", "#bcbd22", "#ff7f0e", "#17becf", "#8c564b"]
     for i, (name, rs) in enumerate(groups.items()):

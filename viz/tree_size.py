@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 
 from eagle2.decode.records import StepRecord
 from eagle2.tools.replay import size_curve
+from eagle2.policies import policy
 from viz.colours import colour
 from viz.empty import note_figure
 
@@ -40,11 +41,11 @@ def tree_size_table(eagle2: list[StepRecord], meta: dict,
         return [], "the replay needs a fixed-size tree: this run sized EAGLE-2's tree per step by confidence"
     if settings.get("lookup") or any(n.source != "draft" for r in steps["eagle2"] for n in r.nodes[1:]):
         return [], "the replay leaves out runs with the prompt-lookup branch (it is verified whatever its score)"
-    curves = {m: size_curve(s, max(len(r.verified) for r in s), static=m == "eagle1")
+    curves = {m: size_curve(s, max(len(r.verified) for r in s), static=policy(m).static)
               for m, s in steps.items() if s}
     n_max = max(len(c) for c in curves.values())
     return [{"nodes": n, **{m: (curves[m][n - 1] if m in curves and n <= len(curves[m]) else None)
-                            for m in ("eagle2", "eagle1")}} for n in range(1, n_max + 1)], None
+                            for m in steps}} for n in range(1, n_max + 1)], None
 
 
 def _measured(records: list[StepRecord]) -> tuple[int, float] | None:
@@ -72,7 +73,7 @@ def tree_size_figure(eagle2: list[StepRecord], meta: dict, eagle1: list[StepReco
         name, hover = how[m]
         fig.add_trace(go.Scatter(
             x=[x for x, _ in pts], y=[y for _, y in pts], mode="lines+markers", name=name,
-            line=dict(color=colour(m), width=2, dash="solid" if m == "eagle2" else "dash"), marker=dict(size=5),
+            line=dict(color=colour(m), width=2, dash="dash" if policy(m).static else "solid"), marker=dict(size=5),
             hovertemplate=f"{hover}: τ %{{y:.2f}}<extra>{name}</extra>"))
         fig.add_trace(go.Scatter(
             x=[own[0]], y=[own[1]], mode="markers", name=f"{name.split(',')[0]} as run ({own[0]} nodes)",

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from eagle2.decode.records import KEPT, PRUNED, REJECTED, ROOT, UNEXPANDED, Node, StepRecord
+from eagle2.policies import policy
 from viz.empty import note_figure
 from viz.labels import counted, label_html
 from viz.layout import tidy_layout
@@ -97,7 +98,7 @@ class _Tree:
 
     def __init__(self, record: StepRecord, total_tokens: int | None) -> None:
         self.r = record
-        self.static = record.method.startswith("eagle1")
+        self.static = policy(record.method).static
         self.depth = _levels(record)
         self.kids: dict[int, list[Node]] = {n.id: [] for n in record.nodes}
         for n in record.nodes:

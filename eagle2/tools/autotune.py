@@ -27,6 +27,7 @@ from ..decode.engine import Decoder, truncate
 from ..decode.records import StepRecord
 from .replay import accept_with_floors, replay_runs
 from ..decode.rerank import floors
+from ..policies import policy
 from .serving import interpolate
 
 SIZES = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 26, 32, 40, 48, 60)
@@ -179,9 +180,9 @@ class Tuning:
         out = {}
         for m, o in self.chosen.items():
             out[m] = {"total_tokens": o.total_tokens, "draft_tokens": self.draft_tokens}
-            if m != "eagle1":
+            if not policy(m).static:
                 out[m].update(depth=o.depth, top_k=o.top_k)
-            if m == "eagle2_sized":
+            if policy(m).sized:
                 out[m].update(min_prob=o.min_prob, expand_prob=o.expand_prob)
         return out
 
@@ -205,12 +206,12 @@ def tune(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, methods=("e
     chosen: dict[str, Option] = {}
     options: dict[str, list[Option]] = {}
     vocab = (draft_tokens or (base.draft_tokens,))[0]
-    dynamic = [m for m in ("eagle2", "eagle2_sized") if m in methods]
+    dynamic = [m for m in methods if policy(m).dynamic]
     rest: dict[int, dict[int, float]] = {vocab: {}}
     if dynamic:
         by_vocab = {v: _options(dec, prompts, replace(base, draft_tokens=v, max_new_tokens=max_new_tokens or
                                                       WARMUP_TOKENS), sizes, depths, top_ks, verify,
-                                "eagle2_sized" in methods, say)
+                                any(policy(m).sized for m in methods), say)
                     for v in draft_tokens or (base.draft_tokens,)}
         rest = {v: by_vocab[v].pop("rest") for v in by_vocab}
         lead = dynamic[0]
@@ -218,10 +219,10 @@ def tune(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, methods=("e
         for m in dynamic:
             chosen[m] = choose(by_vocab[vocab][m])
             options[m] = sorted((o for opts in by_vocab.values() for o in opts[m]), key=lambda o: -o.tokens_per_s)
-    if "eagle1" in methods:
+    for m in (m for m in methods if policy(m).static):
         cfg = replace(base, draft_tokens=vocab, max_new_tokens=max_new_tokens or WARMUP_TOKENS)
-        options["eagle1"] = _static_options(dec, prompts, cfg, sizes, verify, say)
-        chosen["eagle1"] = choose(options["eagle1"])
+        options[m] = _static_options(dec, prompts, cfg, sizes, verify, say)
+        chosen[m] = choose(options[m])
     return Tuning(chosen, options, vocab, verify, rest[vocab])
 
 
@@ -353,7 +354,7 @@ def warmup_texts(n: int | None = None) -> list[str]:
 def label(o: Option) -> str:
     """An option in words: its size, depth and top-k, its caps and floors, or its cut of the static tree."""
     vocab = f", drafting over {o.draft_tokens:,} tokens" if o.draft_tokens else ""
-    if o.method == "eagle1":
+    if policy(o.method).static:
         return f"{STATIC_PRESET} cut to {o.total_tokens} nodes (depth {o.depth}){vocab}"
     if not o.min_prob:
         return f"{o.total_tokens} nodes, depth {o.depth}, top-k {o.top_k}{vocab}"

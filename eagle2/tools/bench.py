@@ -22,6 +22,7 @@ from ..config import STATIC_PRESET
 from ..decode.methods import LABELS, OURS, PEERS, STATIC_NODES, Shared, config_for, settings_of
 from ..inputs import whole_arg
 from ..loading import stock_target
+from ..policies import DYNAMIC, HF_GREEDY, STATIC, VANILLA, policy
 from .autotune import same_algorithm
 from .prompts import read_rows
 
@@ -59,7 +60,7 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
         if m in OURS:
             run(bundle, encoded[0], replace(cfg_for(m), max_new_tokens=8))
         else:
-            _hf(peer, encoded[0], 8, m == "hf_lookup")
+            _hf(peer, encoded[0], 8, policy(m).lookup)
     totals = {m: {"tokens": 0, "wall": 0.0, "forwards": 0, "match": 0} for m in methods}
     per_prompt, per_forwards, per_tokens = [], [], []
     for i, ids in enumerate(encoded):
@@ -70,24 +71,24 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
                 toks, wall = res.token_ids, res.wall_s
                 fwd = sum(r.target_forwards for r in res.records)
             else:
-                toks, wall = _hf(peer, ids, max_new, m == "hf_lookup")
+                toks, wall = _hf(peer, ids, max_new, policy(m).lookup)
                 fwd = None
             outs[m], fwds[m] = toks, fwd
             t = totals[m]
             t["tokens"] += len(toks)
             t["wall"] += wall
             t["forwards"] = None if fwd is None else t["forwards"] + fwd
-        ref = outs.get("vanilla", outs.get("hf_greedy"))
+        ref = outs.get(VANILLA, outs.get(HF_GREEDY))
         for m in methods:
             totals[m]["match"] += int(ref is not None and outs[m] == ref)
         per_prompt.append({m: len(outs[m]) for m in methods})
         per_forwards.append(fwds)
         per_tokens.append(outs)  # the outputs themselves: runs in other processes can be checked token for token
         progress(f"prompt {i + 1}/{len(encoded)} done")
-    base = totals.get("vanilla")  # no vanilla run: no "x vanilla" column (the hf_greedy column has the peer's)
+    base = totals.get(VANILLA)  # no vanilla run: no "x vanilla" column (the hf_greedy column has the peer's)
     base_tps = base["tokens"] / base["wall"] if base else None
-    hf_tps = totals["hf_greedy"]["tokens"] / totals["hf_greedy"]["wall"] if "hf_greedy" in totals else None
-    has_ref = "vanilla" in totals or "hf_greedy" in totals
+    hf_tps = totals[HF_GREEDY]["tokens"] / totals[HF_GREEDY]["wall"] if HF_GREEDY in totals else None
+    has_ref = VANILLA in totals or HF_GREEDY in totals
     result = {}
     for m, t in totals.items():
         tps = t["tokens"] / t["wall"]
@@ -102,7 +103,7 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
             "label": LABELS[m],
             "settings": settings_of(cfg_for(m)) if m in OURS else
             {"max_new_tokens": max_new, "kernels": PEER_KERNELS,
-             **({"prompt_lookup_num_tokens": HF_LOOKUP_TOKENS} if m == "hf_lookup" else {})},
+             **({"prompt_lookup_num_tokens": HF_LOOKUP_TOKENS} if policy(m).lookup else {})},
         }
     return {"methods": result, "prompts": len(encoded), "max_new_tokens": max_new, "per_prompt": per_prompt,
             "per_prompt_forwards": per_forwards, "per_prompt_tokens": per_tokens}
@@ -139,7 +140,7 @@ def format_equal_budgets(eq: dict) -> str:
     rows = [f"tau at equal budgets (replayed; EAGLE-2 depth {eq['eagle2_depth']}, top-k {eq['eagle2_top_k']}; "
             f"EAGLE-1 {eq['eagle1_tree']} cut breadth first)",
             f"{'nodes':<8}" + "".join(f"{n:>6}" for n in show)]
-    rows += [f"{m:<8}" + "".join(f"{eq[m][i]:>6.2f}" for i in idx) for m in ("eagle2", "eagle1")]
+    rows += [f"{m:<8}" + "".join(f"{eq[m][i]:>6.2f}" for i in idx) for m in (DYNAMIC, STATIC)]
     return "\n".join(rows)
 
 
@@ -254,7 +255,7 @@ def cmd_bench(args: argparse.Namespace) -> None:
     print(format_table(res))
     if len(cats) > 1:
         print(format_categories(cats))
-    if args.equal_budgets and shared.temperature == 0.0 and any(m in OURS and m != "vanilla" for m in methods):
+    if args.equal_budgets and shared.temperature == 0.0 and any(m in OURS and policy(m).drafts for m in methods):
         res["equal_budgets"] = equal_budgets(bundle, prompts, shared, progress=lambda s: print(s, file=sys.stderr))
         print(format_equal_budgets(res["equal_budgets"]))
     if args.json:

@@ -14,6 +14,7 @@ import json
 import sys
 
 from ..files import write_atomic
+from ..policies import CHAIN, DYNAMIC
 from . import workload as wl
 from .serving import ASSUMED, Shape, cpu_cost, fastest, gpu_cost, sglang_flags, tensorrt_llm_config, vllm_config
 
@@ -42,7 +43,7 @@ def _tau_tables(runs: list[tuple[list[wl.Step], wl.Curves]]) -> dict:
     keys = runs[0][1].tokens if runs else {}
     for key in keys:
         kind, arg = key.split(" ")
-        if kind == "eagle2" and arg.count(",") > 1:
+        if kind == DYNAMIC and arg.count(",") > 1:
             continue
         out[kind][arg] = round(wl.pooled_tau([(steps, c.tokens[key]) for steps, c in runs]), 4)
     return out
@@ -78,9 +79,9 @@ def recommend(runs, verify_ms: dict[int, float] | None, draft_ms: dict[int, floa
     for key in runs[0][1].tokens:
         kind, arg = key.split(" ")
         got = wl.pooled_tau([(steps, c.tokens[key]) for steps, c in runs])
-        if kind == "chain":
+        if kind == CHAIN:
             taus[(int(arg) + 1, int(arg), 1)] = got
-        elif kind == "eagle2":
+        elif kind == DYNAMIC:
             n, d, *k = map(int, arg.split(","))
             taus[(n, d, k[0] if k else RECORD["top_k"])] = got
     out = {"gpu_profile": {"verify_flat_up_to_rows": gpu_rows, "draft_cost_per_level_in_forwards": gpu_draft}}

@@ -24,6 +24,7 @@ from ..config import DecodeConfig, cache_dir
 from ..cpu.plan import cpu_name
 from ..decode.engine import encode_prompt
 from ..loading import Bundle
+from ..policies import DYNAMIC, PLAIN, STATIC
 
 # From 3 nodes (2 drafted: EAGLE-1 always verifies the draft's top two children of the root, EAGLE-2 the best two
 # of everything it drafted, a fork or a chain as the draft's confidence says; at 2 both verify the draft's top token
@@ -56,7 +57,7 @@ def warm_up(bundle: Bundle) -> None:
     """Run each method once briefly, so that a visitor's first run does not pay for first-use costs, then freeze
     the objects that exist now out of the garbage collector's way (it would walk them inside timed phases)."""
     ids = encode_prompt(bundle.tokenizer, warmup_texts(1)[0])
-    for method in ("eagle2", "eagle1", "vanilla"):
+    for method in (DYNAMIC, STATIC, PLAIN):  # what the page runs: both panels and plain decoding
         run(bundle, ids, DecodeConfig(method=method, max_new_tokens=8, total_tokens=6))
     gc.collect()
     gc.freeze()

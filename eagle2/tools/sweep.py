@@ -9,6 +9,7 @@ import sys
 from dataclasses import replace
 
 from ..config import DecodeConfig, parse_tree
+from ..policies import policy
 
 TOTALS = (4, 8, 12, 16, 26, 40, 60)  # small trees matter on a CPU, where each verified node costs
 DEPTHS = (3, 5, 7)
@@ -53,7 +54,7 @@ def run_sweep(bundle, prompts: list[str], base: DecodeConfig, totals=TOTALS, dep
                 for label, paths in static_variants(max(depths))]
     for i, (method, label, cfg) in enumerate(configs, start=1):
         tps, tau = measure(cfg)
-        total = cfg.total_tokens if method == "eagle2" else len(cfg.tree) + 1
+        total = len(cfg.tree) + 1 if policy(method).static else cfg.total_tokens
         rows.append({"method": method, "label": label, "total_tokens": total, "depth": cfg.depth,
                      "tokens_per_s": tps, "tau": tau, "speedup": tps / vtps})
         progress(f"sweep {i}/{len(configs)}: {method} {label} tau={tau:.2f} x{tps / vtps:.2f}")
