@@ -6,6 +6,7 @@ import json
 import sys
 from dataclasses import replace
 
+from .config import DecodeConfig
 from .tools.cli_common import decode_args, prepare, tune_shared
 from .decode.methods import OURS, budget_note, config_for, settings_of
 from .policies import policy
@@ -17,7 +18,17 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
     if not args.prompt.strip():
         raise ValueError("the prompt is empty")
+    engine = None
+    if args.engine_flags is not None:  # the engine's tree replaces --method and any size given or tuned
+        from .tools.engines import parse_engine_flags
+
+        engine = parse_engine_flags(args.engine_flags)
+        args.method, args.total_tokens = engine.policy, DecodeConfig.total_tokens
+        print(f"{engine.terms}: runs {engine.policy}" + (f" (this project's reading: {engine.reading})"
+                                                         if engine.reading else ""), file=sys.stderr)
     shared, auto = prepare(args, [args.method])
+    if engine is not None:
+        shared = replace(shared, **engine.settings)
     note = None if auto else budget_note(shared, [args.method])
     bundle = load(args.model, args.head, args.device, args.kernels, args.draft_dtype)
     tuned = None
@@ -34,6 +45,8 @@ def cmd_generate(args: argparse.Namespace) -> None:
         out = res.to_json()
         out.update(model=bundle.model_name, head=bundle.head_name, head_kind=bundle.head_kind, device=bundle.describe(),
                    settings=settings_of(cfg))
+        if engine is not None:
+            out["engine"] = engine.to_dict()
         if tuned:
             out["tuned"] = tuned
         steps = [r for r in res.records if r.nodes]

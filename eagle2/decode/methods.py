@@ -78,6 +78,8 @@ def check_methods(methods: list[str], s: Shared) -> None:
     if (s.min_prob or s.expand_prob) and not any(is_sized(m) for m in methods):
         raise ValueError("--min-prob and --expand-prob size EAGLE-2's tree per step: that is method eagle2_sized "
                          "(this project's addition); the paper's eagle2 keeps a fixed size")
+    if s.p_min and not any(policy(m).chain for m in methods):
+        raise ValueError("--p-min stops a chain early (method chain); no method given here reads it")
 
 
 def config_for(name: str, s: Shared) -> DecodeConfig:

@@ -48,16 +48,19 @@ def turns(items: list, i: int) -> list:
     return items[k:] + items[:k]
 
 
-def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: int, progress=print) -> dict:
+def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: int, progress=print,
+              labels: dict[str, str] | None = None) -> dict:
     """Run each method on each prompt, the first on each prompt rotating so that none always runs first;
-    returns {"methods": {name: metrics}, "per_prompt": [...]}."""
+    returns {"methods": {name: metrics}, "per_prompt": [...]}. A name that is no registered method (an engine's
+    settings, `--engine-flags`) runs `cfg_for(name)` under `labels[name]`."""
+    labels = {**LABELS, **(labels or {})}
     from ..api import run
     from ..decode.engine import encode_prompt
 
     encoded = [encode_prompt(bundle.tokenizer, p) for p in prompts]
     peer = stock_target(bundle) if any(m in PEERS for m in methods) else None
     for m in methods:  # warm-up: first calls pay for allocation and kernel selection
-        if m in OURS:
+        if m not in PEERS:
             run(bundle, encoded[0], replace(cfg_for(m), max_new_tokens=8))
         else:
             _hf(peer, encoded[0], 8, policy(m).lookup)
@@ -66,7 +69,7 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
     for i, ids in enumerate(encoded):
         outs, fwds = {}, {}
         for m in turns(methods, i):
-            if m in OURS:
+            if m not in PEERS:
                 res = run(bundle, ids, cfg_for(m))
                 toks, wall = res.token_ids, res.wall_s
                 fwd = sum(r.target_forwards for r in res.records)
@@ -100,8 +103,8 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
             "matches_vanilla": t["match"] / len(encoded) if has_ref else None,  # None: no greedy reference ran
             "new_tokens": t["tokens"],
             "wall_s": t["wall"],
-            "label": LABELS[m],
-            "settings": settings_of(cfg_for(m)) if m in OURS else
+            "label": labels[m],
+            "settings": settings_of(cfg_for(m)) if m not in PEERS else
             {"max_new_tokens": max_new, "kernels": PEER_KERNELS,
              **({"prompt_lookup_num_tokens": HF_LOOKUP_TOKENS} if policy(m).lookup else {})},
         }
@@ -183,6 +186,9 @@ def describe_settings(s: dict) -> str:
     """A method's settings in a few words for the table."""
     if "tree" in s:
         return f"{s['total_tokens']}-node static tree" + (f", {s['draft_tokens']} draft tokens" if s["draft_tokens"] else "")
+    if "chain_tokens" in s:
+        text = f"chain of {s['chain_tokens']}" + (f", stops below p {s['p_min']:g}" if s["p_min"] else "")
+        return text + (f", {s['draft_tokens']} draft tokens" if s.get("draft_tokens") else "")
     if "depth" not in s:
         return s.get("kernels", "")
     text = f"{s['total_tokens']} nodes, depth {s['depth']}, top-k {s['top_k']}"
@@ -213,6 +219,13 @@ def cmd_bench(args: argparse.Namespace) -> None:
         raise ValueError("--sweep tries many sizes itself: give --total-tokens a number")
     if args.sweep and (args.min_prob or args.expand_prob):
         raise ValueError("--sweep measures fixed tree sizes: leave out --min-prob and --expand-prob")
+    engine = None
+    if args.engine_flags is not None:
+        from .engines import parse_engine_flags
+
+        engine = parse_engine_flags(args.engine_flags)  # refused before anything loads
+        if engine.engine in methods:
+            raise ValueError(f"--methods already names {engine.engine}")
     shared, auto = prepare(args, [] if args.sweep else methods)
     bundle = load(args.model, args.head, args.device, args.kernels, args.draft_dtype)
     print(bundle.describe(), file=sys.stderr)
@@ -239,8 +252,17 @@ def cmd_bench(args: argparse.Namespace) -> None:
         note = f"{note} {same}" if note else same
     if note:
         print(note, file=sys.stderr)
-    res = run_bench(bundle, prompts, methods, lambda m: config_for(m, shared), args.max_new_tokens,
-                    progress=lambda s: print(s, file=sys.stderr))
+    cfgs, labels = {}, {}
+    if engine is not None:  # one more row, named after the engine: its own tree, neither given nor tuned
+        from .engines import engine_config
+
+        cfgs[engine.engine] = engine_config(args.engine_flags, shared)[1]
+        labels[engine.engine] = f"{engine.terms} -> {engine.policy}"
+        methods = [*methods, engine.engine]
+    res = run_bench(bundle, prompts, methods, lambda m: cfgs.get(m) or config_for(m, shared), args.max_new_tokens,
+                    progress=lambda s: print(s, file=sys.stderr), labels=labels)
+    if engine is not None:
+        res["engine"] = engine.to_dict()
     res.update(device=bundle.describe(), head=bundle.head_name, head_kind=bundle.head_kind, settings={k: v for k, v in vars(args).items() if k != "func"},
                comparison="each method at its own tuned best on this machine" if auto else
                "the node budget given (EAGLE-1's tree cut to it)" if args.tree is None else "the settings given")

@@ -24,7 +24,8 @@ def shared_from(args: argparse.Namespace) -> Shared:
     return Shared(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed,
                   total_tokens=DecodeConfig.total_tokens if args.total_tokens == "auto" else args.total_tokens,
                   depth=args.depth, top_k=args.top_k, tree=args.tree, lookup_tokens=args.lookup_tokens,
-                  min_prob=args.min_prob, expand_prob=args.expand_prob, draft_tokens=args.draft_tokens or 0)
+                  min_prob=args.min_prob, expand_prob=args.expand_prob, draft_tokens=args.draft_tokens or 0,
+                  chain_tokens=args.chain_tokens, p_min=args.p_min)
 
 
 def prepare(args: argparse.Namespace, methods: list[str]) -> tuple[Shared, bool]:
@@ -82,6 +83,16 @@ def decode_args(p: argparse.ArgumentParser) -> None:
                         "tree method alike)")
     p.add_argument("--lookup-tokens", type=int, default=DecodeConfig.lookup_tokens,
                    help="longest prompt-lookup branch (methods eagle2_lookup, eagle2_sized_lookup)")
+    p.add_argument("--chain-tokens", type=int, default=3,
+                   help="method chain: tokens drafted a step, the draft's top-1 each (vLLM's num_speculative_tokens)")
+    p.add_argument("--p-min", type=float, default=0.0,
+                   help="method chain: stop drafting before a token the draft gives less than this probability "
+                        "(llama.cpp's --spec-draft-p-min; 0: never)")
+    p.add_argument("--engine-flags", default=None, metavar="TEXT",
+                   help="run what a serving engine's settings describe, pasted as that engine takes them: SGLang's "
+                        "--speculative-* flags, vLLM's speculative_config JSON, TensorRT-LLM's EagleDecodingConfig "
+                        "fields, OpenVINO GenAI's num_assistant_tokens/branching_factor/tree_depth or llama.cpp's "
+                        "--spec-draft-n-max/--spec-draft-p-min")
     p.add_argument("--tree", default=None,
                    help="EAGLE-1's tree: a preset name or JSON list of paths (default: mc_sim_7b_63 cut breadth "
                         "first to --total-tokens)")
