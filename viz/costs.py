@@ -88,9 +88,9 @@ def cost_figure(costs: dict | None, runs: dict[str, list[StepRecord]], depth: in
             hovertemplate=f"{name}<br>%{{x:.1f}} nodes a step, τ %{{y:.2f}}<extra></extra>"))
     here = (f"measured on this machine {costs.get('measured', '')}. Above the line: faster than plain decoding."
             if costs else f"{NONE_HERE}.")
-    if stored:  # the run's points are this machine's: on the other device its τ would be the same, its time not
-        here += (" Dashed: the same line priced with costs measured on another device, a projection, not a run; "
-                 "the run's τ would be the same there.")
+    if stored:  # the run's points are this machine's; greedy decoding gives the same tokens there, its time differs
+        here += (" Dashed: the same line priced with costs measured on another device, a projection, not a run "
+                 "(greedy decoding accepts about the same τ there).")
     fig.add_annotation(text=f"{here}<br>{WHY}", x=0.0, y=-0.28, xref="paper", yref="paper",
                        showarrow=False, align="left", xanchor="left", font=dict(size=11, color="#444444"))
     fig.update_layout(
