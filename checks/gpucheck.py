@@ -43,8 +43,8 @@ def bench_sizes(bundle, prompts: list[str], sizes, max_new: int, say=print) -> l
                                                      "matches_vanilla", "new_tokens", "wall_s")} for m in METHODS}
         rows.append({"nodes": n, "eagle1_nodes": config_for("eagle1", shared).total_tokens, "methods": got,
                      "greedy_equal": all(got[m]["matches_vanilla"] == 1.0 for m in METHODS)})
-        say(f"{n} nodes: " + ", ".join(f"{m} {got[m]['tokens_per_s']:.1f} tok/s τ {got[m]['mean_accept_length'] or 1:.2f}"
-                                       for m in METHODS) + f"; greedy equal: {rows[-1]['greedy_equal']}")
+        each = (f"{m} {got[m]['tokens_per_s']:.1f} tok/s τ {got[m]['mean_accept_length'] or 1:.2f}" for m in METHODS)
+        say(f"{n} nodes: {', '.join(each)}; greedy equal: {rows[-1]['greedy_equal']}")
     return rows
 
 

