@@ -12,6 +12,7 @@ from app_parts.session import MAX_FADED_NODES, TREE_METHODS, Session, session_tt
 from eagle2.decode.methods import LABELS as METHOD_LABELS
 from eagle2.decode.records import ACCEPTED, KEPT, ROOT, Node, StepRecord
 from eagle2.policies import DYNAMIC, PLAIN
+from eagle2.tools.device_profiles import stored_profiles
 from viz.empty import note_figure
 from viz.labels import counted
 from viz import (accept_length_figure, calibration_figure, cost_figure, metrics_rows, position_heatmap, tokens_html,
@@ -182,7 +183,8 @@ def passes_note(session: Session, problems_only: bool = False) -> str:
 
 def analysis_views(session: Session) -> tuple[go.Figure, ...]:
     """Calibration, acceptance by position for each tree, accept length per step, accept length by tree size
-    (replayed from the runs' records), and what each tree size costs on this machine (its break-even τ)."""
+    (replayed from the runs' records), and what each tree size costs on this machine (its break-even τ), with
+    the costs of every profile stored from another device (assets/profiles) beside this machine's."""
     runs = {m: session.records(m) for m in TREE_METHODS if session.records(m)}
     heat = []
     for m in TREE_METHODS:
@@ -190,9 +192,10 @@ def analysis_views(session: Session) -> tuple[go.Figure, ...]:
         fig.update_layout(title=dict(text=f"{label(session, m)}: acceptance by tree position"))
         heat.append(fig)
     meta = session.meta.to_dict()
-    size = tree_size_figure(session.records("eagle2"), meta, session.records("eagle1"))
+    stored = stored_profiles()  # a few small files, read again each time so that a newly stored one shows
+    size = tree_size_figure(session.records("eagle2"), meta, session.records("eagle1"), stored)
     depth = int(session.meta.settings.get("depth", 1) or 1)
-    costs = cost_figure(meta.get("costs"), runs, depth, {m: label(session, m) for m in runs})
+    costs = cost_figure(meta.get("costs"), runs, depth, {m: label(session, m) for m in runs}, stored)
     return calibration_figure(runs), heat[0], heat[1], accept_length_figure(runs), size, costs
 
 

@@ -1,16 +1,15 @@
 """Shared fixtures: a tiny random Llama target with a random head, and the real embedded model (loaded once)."""
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
+
+from checks.serve import served_app  # noqa: F401  (the tests' name for it)
 
 # The suite's own cache, never the user's: the converted model, the row kernel's build, the machine profile and
 # anything else written to a cache folder go under the checkout's .cache/test-suite (ignored by git), whatever
@@ -70,21 +69,3 @@ def embedded():
     from eagle2.loading import load
 
     return load("embedded", device="cpu")
-
-
-@contextlib.contextmanager
-def served_app(bundle) -> Iterator[str]:
-    """The page served in-process on a free local port with `bundle` as its model; yields its URL."""
-    import app
-    from app_parts.presets import CACHE, load_presets
-
-    CACHE.put(next(iter(load_presets())), bundle)  # the session's model, loaded once
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    demo = app.build_demo()
-    demo.queue().launch(prevent_thread_lock=True, server_port=port, quiet=True, **app.launch_options())
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        demo.close()

@@ -9,15 +9,23 @@ tree per context buys at each node budget. Greedy runs only: a sampled verdict d
 draw. Runs with the prompt-lookup branch are left out too, since that branch is verified whatever its score,
 and runs whose tree was sized per step by confidence (`min_prob`, `expand_prob`), since their smaller trees are
 not cuts of one fixed tree.
+
+Priced with measured costs (this machine's profile, and every profile stored from another device, such as a
+lent GPU's), the same replayed accept lengths project EAGLE-2's speedup over plain decoding at each size on a
+second axis: τ(n) x verify(1) / (verify(n) + drafting(depth)). Those curves are dashed and named as
+projections: the run ran here, once, at its own size.
 """
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
 from eagle2.decode.records import StepRecord
+from eagle2.tools.device_profiles import projected_label
 from eagle2.tools.replay import size_curve
 from eagle2.policies import policy
+from eagle2.tools.serving import interpolate
 from viz.colours import colour
+from viz.costs import STORED_COLOURS
 from viz.empty import note_figure
 
 TITLE = "Accept length by tree size, replayed from this run's steps"
@@ -48,6 +56,37 @@ def tree_size_table(eagle2: list[StepRecord], meta: dict,
                             for m in steps}} for n in range(1, n_max + 1)], None
 
 
+def projected_speedup(rows: list[dict], costs: dict, depth: int) -> list[tuple[int, float]]:
+    """(nodes, EAGLE-2's projected speedup over plain decoding) for each replayed size within the profile's timed
+    rows: the replayed τ over the step's cost in one-row steps (1 node: plain decoding itself, 1.0)."""
+    verify = {int(k): float(v) for k, v in costs["verify_ms"].items()}
+    draft = interpolate({int(k): float(v) for k, v in costs["rest_ms"].items()}, depth)
+    return [(r["nodes"], 1.0 if r["nodes"] == 1 else
+             r["eagle2"] * verify[1] / (interpolate(verify, r["nodes"]) + draft))
+            for r in rows if r["eagle2"] is not None and r["nodes"] <= max(verify)]
+
+
+def _projections(fig: go.Figure, rows: list[dict], depth: int, costs: dict | None, stored) -> None:
+    """EAGLE-2's projected speedup by size on the right axis, one dotted curve per profile, drawn only when a
+    stored profile is there to compare with (without one the chart is the replay alone, as it always was)."""
+    if not stored:
+        return
+    priced = ([("projected from costs measured on this machine" +
+                (f", {costs['measured']}" if costs.get("measured") else ""), costs, "#444444")]
+              if costs and "1" in {str(k) for k in costs.get("verify_ms", {})} else [])
+    priced += [(projected_label(p), p, STORED_COLOURS[i % len(STORED_COLOURS)]) for i, p in enumerate(stored)]
+    for name, c, col in priced:
+        pts = projected_speedup(rows, c, depth)
+        fig.add_trace(go.Scatter(
+            x=[x for x, _ in pts], y=[y for _, y in pts], mode="lines", yaxis="y2",
+            name=f"EAGLE-2 speedup {name}", line=dict(color=col, width=1.5, dash="dot"),
+            hovertemplate=f"%{{x}} nodes: %{{y:.2f}}× plain decoding<extra>{name}</extra>"))
+    if priced:
+        fig.update_layout(yaxis2=dict(title=dict(text="projected speedup over plain decoding (dotted)"),
+                                      overlaying="y", side="right", rangemode="tozero", showgrid=False),
+                          margin=dict(r=60))
+
+
 def _measured(records: list[StepRecord]) -> tuple[int, float] | None:
     """(verified nodes, mean accept length) of a run's drafted steps as it really ran."""
     steps = _drafted(records)
@@ -56,8 +95,10 @@ def _measured(records: list[StepRecord]) -> tuple[int, float] | None:
     return max(len(r.verified) for r in steps), sum(len(r.accepted) + 1 for r in steps) / len(steps)
 
 
-def tree_size_figure(eagle2: list[StepRecord], meta: dict, eagle1: list[StepRecord] | None = None) -> go.Figure:
-    """Both tree kinds' replayed accept length for every smaller tree, with each run itself marked."""
+def tree_size_figure(eagle2: list[StepRecord], meta: dict, eagle1: list[StepRecord] | None = None,
+                     stored: list[dict] = ()) -> go.Figure:
+    """Both tree kinds' replayed accept length for every smaller tree, with each run itself marked, and
+    EAGLE-2's speedup projected from this machine's costs (`meta["costs"]`) and each `stored` profile's."""
     rows, why = tree_size_table(eagle2, meta, eagle1)
     if why:
         return note_figure(why, TITLE)
@@ -91,4 +132,6 @@ def tree_size_figure(eagle2: list[StepRecord], meta: dict, eagle1: list[StepReco
         yaxis=dict(title=dict(text="τ: tokens per drafted step (prefill not counted)"), rangemode="tozero"),
         legend=dict(x=0.99, y=0.01, xanchor="right", yanchor="bottom"),
     )
+    depth = int(meta.get("settings", {}).get("depth") or 1)
+    _projections(fig, rows, depth, meta.get("costs") or None, stored)
     return fig
