@@ -75,3 +75,28 @@ def test_flag_forms_and_extra_flags_are_read_as_the_engine_does():
     assert which_engine("vllm serve m --speculative-config '{\"num_speculative_tokens\": 2}'") == "vllm"
     run = parse_engine_flags("speculative_config:\n  decoding_type: Eagle\n  max_draft_len: 2\n")
     assert (run.policy, run.settings["chain_tokens"]) == ("chain", 2)
+
+
+def test_diagnose_judges_an_engines_own_settings_by_their_replayed_shape(tiny):
+    from eagle2.tools import diagnose
+    from tests.test_diagnose import PROMPTS, RECORD
+
+    target, head, tok = tiny
+    dec = Decoder(target, head, tok, eos_ids=set())
+    runs = [list(dec.run(ids, RECORD)) for ids in PROMPTS]
+    rows = [{"id": i, "category": "c"} for i in range(1, len(runs) + 1)]
+    verify, draft = {1: 30.0, 8: 40.0, 64: 120.0}, {d: 8.0 * d for d in range(1, 8)}
+    sglang = parse_engine_flags(EXAMPLES["sglang"])
+    out = diagnose.report(rows, runs, verify, draft, engine=sglang)
+    e = out["engine"]
+    assert e["replayed_as"] == "eagle2 8,3,4" and e["terms"] == sglang.terms
+    runs_curves = [(s, diagnose.wl.curves(s, top_ks=diagnose.TOP_KS)) for s in map(diagnose.wl.steps_of, runs)]
+    assert e["tau"] == pytest.approx(diagnose.wl.pooled_tau([(s, c.tokens["eagle2 8,3,4"]) for s, c in runs_curves]),
+                                     abs=1e-4)
+    step_ms = 40.0 + 3 * 8.0  # 8 rows verified, 3 levels drafted
+    assert e["cpu_vs_plain"] == pytest.approx(e["tau"] * 30.0 / step_ms, abs=1e-3)
+    chain = diagnose.report(rows, runs, verify, draft, engine=parse_engine_flags("--spec-draft-n-max 3"))["engine"]
+    assert chain["replayed_as"] == "chain 3"
+    assert chain["tau"] == pytest.approx(out["overall"]["tau"]["chain"]["3"], abs=1e-3)
+    odd = diagnose.report(rows, runs, verify, draft, engine=parse_engine_flags(EXAMPLES["openvino"]))["engine"]
+    assert "not replayable" in odd["note"] and "tau" not in odd  # top-k 3 is not among the replayed widths

@@ -14,7 +14,7 @@ import json
 import sys
 
 from ..files import write_atomic
-from ..policies import CHAIN, DYNAMIC
+from ..policies import CHAIN, DYNAMIC, policy
 from . import workload as wl
 from .serving import ASSUMED, Shape, cpu_cost, fastest, gpu_cost, sglang_flags, tensorrt_llm_config, vllm_config
 
@@ -96,13 +96,43 @@ def recommend(runs, verify_ms: dict[int, float] | None, draft_ms: dict[int, floa
     out["sglang"] = sglang_flags(gpu.shape, head, head_kind)
     out["vllm"] = {**vllm_config(best_chain.shape, head, head_kind), "predicted_tau": round(best_chain.tau, 4)}
     out["tensorrt_llm"] = tensorrt_llm_config(gpu.shape, head, head_kind)
+    out["openvino"] = {"num_assistant_tokens": gpu.shape.num_draft_tokens - 1, "branching_factor": gpu.shape.topk,
+                       "tree_depth": gpu.shape.steps}
+    out["llama.cpp"] = f"--spec-draft-n-max {best_chain.shape.steps}"  # a chain, as vLLM's
     out["assumed"] = ASSUMED
+    return out
+
+
+def engine_verdict(runs, engine, verify_ms: dict[int, float] | None, draft_ms: dict[int, float] | None,
+                   gpu_rows: int = GPU_ROWS, gpu_draft: float = GPU_DRAFT) -> dict:
+    """What an engine's own settings (`engines.EngineRun`) would give on these prompts: their shape's replayed τ
+    and predicted speed here and on the GPU profile, against plain decoding (why a config can run slower)."""
+    s = engine.settings
+    if policy(engine.policy).chain:
+        shape, key = Shape(s["chain_tokens"], 1, s["chain_tokens"] + 1), f"chain {s['chain_tokens']}"
+    else:
+        shape = Shape(s["depth"], s["top_k"], s["total_tokens"])
+        key = f"eagle2 {shape.num_draft_tokens},{shape.steps}" + (
+            "" if shape.topk == RECORD["top_k"] else f",{shape.topk}")
+    out = {**engine.to_dict(), "replayed_as": key}
+    if not runs or key not in runs[0][1].tokens:
+        out["note"] = (f"not replayable from the recorded tree ({RECORD['total_tokens']} nodes, depth "
+                       f"{RECORD['depth']}, top-k {', '.join(map(str, TOP_KS))} or {RECORD['top_k']} replayed)")
+        return out
+    tau = wl.pooled_tau([(steps, c.tokens[key]) for steps, c in runs])
+    out["tau"] = round(tau, 4)
+    if s.get("p_min"):
+        out["note"] = "τ of the whole chain: its p_min stop is not replayed (a stop only shortens it)"
+    if verify_ms and draft_ms:
+        ms = cpu_cost(verify_ms, draft_ms)(shape)
+        out.update(cpu_tokens_per_s=round(1e3 * tau / ms, 2), cpu_vs_plain=round(tau * verify_ms[1] / ms, 3))
+    out["gpu_speedup_estimate"] = round(tau / gpu_cost(gpu_rows, gpu_draft)(shape), 3)
     return out
 
 
 def report(prompts: list[dict], decodes: list[list], verify_ms=None, draft_ms=None, gpu_rows: int = GPU_ROWS,
            gpu_draft: float = GPU_DRAFT, head: str = "DRAFT_MODEL_PATH", interrupted: bool = False,
-           head_kind: str = "eagle1") -> dict:
+           head_kind: str = "eagle1", engine=None) -> dict:
     """The JSON report from each prompt's row ({"id", "category"}) and its recorded decode (StepRecords)."""
     steps = [wl.steps_of(recs) for recs in decodes]
     runs = [(s, wl.curves(s, top_ks=TOP_KS)) for s in steps]
@@ -121,7 +151,8 @@ def report(prompts: list[dict], decodes: list[list], verify_ms=None, draft_ms=No
             "overall": {"tau": _tau_tables(runs), "recorded": _recorded(steps)} if runs else {},
             "position": _position(all_steps),
             "recommended": recommend(runs, verify_ms, draft_ms, gpu_rows, gpu_draft, head, head_kind) if all_steps else {},
-            "conformance": wl.conformance(all_steps)}
+            "conformance": wl.conformance(all_steps),
+            **({"engine": engine_verdict(runs, engine, verify_ms, draft_ms, gpu_rows, gpu_draft)} if engine else {})}
 
 
 def say(message: str) -> None:
@@ -142,6 +173,11 @@ def cmd_diagnose(args: argparse.Namespace) -> None:
         check_number("--limit", args.limit, 1, 1 << 20, whole=True)
     check_number("--gpu-rows", args.gpu_rows, 1, 4096, whole=True)
     check_number("--gpu-draft-cost", args.gpu_draft_cost, 0.0, 10.0)
+    engine = None
+    if args.engine_flags is not None:
+        from .engines import parse_engine_flags
+
+        engine = parse_engine_flags(args.engine_flags)  # refused before anything loads
     rows = read_rows(args.prompts, args.limit)
     if not rows:
         raise ValueError(f"no prompts in {args.prompts}")
@@ -171,7 +207,7 @@ def cmd_diagnose(args: argparse.Namespace) -> None:
     if not decodes:
         raise RuntimeError("interrupted before any prompt was decoded")
     out = report(prompts, decodes, verify_ms, draft_ms, args.gpu_rows, args.gpu_draft_cost,
-                 args.head or "DRAFT_MODEL_PATH", interrupted, bundle.head_kind)
+                 args.head or "DRAFT_MODEL_PATH", interrupted, bundle.head_kind, engine)
     out.update(model=bundle.model_name, head=bundle.head_name, head_kind=bundle.head_kind, device=bundle.describe(),
                prompts_file=str(args.prompts))
     write(out, args.json, args.html)
@@ -183,6 +219,14 @@ def cmd_diagnose(args: argparse.Namespace) -> None:
     print(f"SGLang: {rec['sglang']}")
     print(f"vLLM speculative_config: {json.dumps(rec['vllm'])}")
     print(f"TensorRT-LLM: {json.dumps(rec['tensorrt_llm'])}")
+    print(f"OpenVINO GenAI: {json.dumps(rec['openvino'])} (this project's reading of its tree fields)")
+    print(f"llama.cpp: {rec['llama.cpp']}")
+    if engine is not None:
+        e = out["engine"]
+        here = (f"; on this machine {e['cpu_tokens_per_s']:.1f} tokens/s, {e['cpu_vs_plain']:.2f}x plain decoding"
+                if "cpu_vs_plain" in e else "")
+        print(f"your settings, {e['terms']}: " + (f"replayed tau {e['tau']:.2f}{here}; about "
+              f"{e['gpu_speedup_estimate']:.2f}x plain decoding on the GPU profile" if "tau" in e else e["note"]))
     conf = out["conformance"]
     print("conformance: " + ", ".join(f"{k} {'passed' if v['passed'] else 'FAILED'}" for k, v in conf.items()))
 
@@ -214,4 +258,7 @@ def add_parser(sub) -> None:
     p.add_argument("--gpu-draft-cost", type=float, default=GPU_DRAFT,
                    help="GPU profile: one draft level's cost as a share of a target forward")
     p.add_argument("--no-timing", action="store_true", help="skip timing this machine (no CPU recommendation)")
+    p.add_argument("--engine-flags", default=None, metavar="TEXT",
+                   help="also judge a serving engine's own settings, pasted as it takes them (see generate --help): "
+                        "their replayed tau and predicted speed against plain decoding")
     p.set_defaults(func=cmd_diagnose)
