@@ -23,10 +23,11 @@ from app_parts.link import LINKED, link_query, read_link
 from app_parts.presets import CACHE, ModelPreset, default_sizing, load_presets, model_info, page_token_limit
 from app_parts.runner import Update, generate
 from app_parts.session import TREE_METHODS, RunControl, Session, free_session, release_freed_memory, session_ttl_s
-from app_parts.settings import (CUSTOM, CUT, MAX_PROMPT_CHARS, PAGE_MAX_NEW, SIZINGS, RunRequest, budget_markdown,
-                                load_examples, page_flags, run_budget_s, static_tree, tree_choices)
+from app_parts.settings import (CUSTOM, CUT, MAX_PROMPT_CHARS, PAGE_MAX_NEW, PANEL_POLICIES, SIZINGS, RunRequest,
+                                budget_markdown, load_examples, page_flags, run_budget_s, static_tree, tree_choices)
 from app_parts.views import LABELS, analysis_views, metrics_markdown, text_view, tree_view, warm_up
 from eagle2.config import ASSETS, LIMITS, DecodeConfig
+from eagle2.policies import DYNAMIC, STATIC
 from eagle2.loading import Bundle, prepare_kernels
 
 try:  # ZeroGPU on Hugging Face Spaces; a plain CPU or GPU machine has no `spaces` package
@@ -115,6 +116,19 @@ def _controls(ui: SimpleNamespace) -> None:
                                        elem_id="tree-choice")
         r["tree_json"] = gr.Textbox(CUSTOM_EXAMPLE, label="custom tree: JSON list of child-rank paths", lines=3,
                                     visible=False, elem_id="tree-json")
+    with gr.Accordion("What each panel runs", open=True):
+        for side, default in (("left", DYNAMIC), ("right", STATIC)):
+            with gr.Row():
+                r[f"{side}_policy"] = gr.Dropdown([(text, key) for key, text in PANEL_POLICIES.items()],
+                                                  value=default, label=f"{side} panel", elem_id=f"{side}-policy",
+                                                  scale=2)
+                r[f"{side}_arg"] = gr.Textbox("", label="chain length, or an engine's flags", max_lines=3,
+                                              max_length=MAX_PROMPT_CHARS, elem_id=f"{side}-arg", scale=3,
+                                              placeholder="3  ·  --speculative-num-steps 3 --speculative-eagle-topk 4 "
+                                                          "--speculative-num-draft-tokens 8")
+        gr.Markdown("Engines' flags: SGLang `--speculative-*`, vLLM `speculative_config` JSON, TensorRT-LLM "
+                    "`EagleDecodingConfig` fields, OpenVINO GenAI `num_assistant_tokens`/`branching_factor`/"
+                    "`tree_depth`, llama.cpp `--spec-draft-n-max`/`--spec-draft-p-min`.", elem_id="engine-help")
     ui.budget = gr.Markdown(budget_markdown(d.total_tokens, CUT, "", sizing=default_sizing()), elem_id="budget")
     r["with_vanilla"] = gr.Checkbox(True, label="also run plain decoding (for the speedup)", elem_id="with-vanilla")
     ui.show_pruned = gr.Checkbox(True, label="show pruned branches")
@@ -135,10 +149,10 @@ def _live_panel(ui: SimpleNamespace) -> None:
     ui.timer = gr.Timer(PACES["2 steps/s"], active=False)
     ui.trees, ui.sliders, ui.captions, ui.texts = {}, {}, {}, {}
     with gr.Row(equal_height=False):
-        for m in TREE_METHODS:
+        for side, m in zip(("left", "right"), TREE_METHODS):
             with gr.Column(min_width=380):
                 ui.trees[m] = gr.Plot(tree_view(Session(), m), show_label=False, elem_id=f"tree-{m}")
-                ui.sliders[m] = gr.Slider(0, 1, value=0, step=1, label=f"{LABELS[m]}: step",
+                ui.sliders[m] = gr.Slider(0, 1, value=0, step=1, label=f"{side} panel (by default {LABELS[m]}): step",
                                               elem_id=f"step-{m}")
                 ui.captions[m] = gr.Markdown(elem_classes=["step-caption"])
                 ui.texts[m] = gr.HTML(text_view(Session(), m), elem_id=f"text-{m}", elem_classes=["out-text"])
@@ -298,12 +312,14 @@ def _on_tree(choice: str, tree_json: str, total: float, lookup: bool = False, de
             _budget(total, choice, tree_json, lookup, depth, min_prob, expand_prob, "custom"))
 
 
-def _budget(total, choice, tree_json, lookup, depth, min_prob, expand_prob, sizing) -> str:
+def _budget(total, choice, tree_json, lookup, depth, min_prob, expand_prob, sizing, left_policy=DYNAMIC,
+            left_arg="", right_policy=STATIC, right_arg="") -> str:
     """The comparison line, with this machine's profile once it has been measured."""
     presets = load_presets()
     loaded = next((p for p in presets.values() if CACHE.loaded(p.name)), None)
     profile = CACHE.cached_profile(loaded.name) if loaded else None
-    return budget_markdown(total, choice, tree_json, lookup, depth, min_prob, expand_prob, sizing, profile)
+    return budget_markdown(total, choice, tree_json, lookup, depth, min_prob, expand_prob, sizing, profile,
+                           left_policy, left_arg, right_policy, right_arg)
 
 
 def _flags(preset_name: str, depth, top_k, total) -> str:
@@ -443,9 +459,12 @@ def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     r["tree_choice"].input(_on_tree, tree_in, tree_out, api_name=False)
     r["tree_json"].blur(_on_tree, tree_in, tree_out, api_name=False)
     budget_in = [r["total_tokens"], r["tree_choice"], r["tree_json"], r["lookup"], r["depth"], r["min_prob"],
-                 r["expand_prob"], r["sizing"]]
-    for w in (r["total_tokens"], r["lookup"], r["depth"], r["min_prob"], r["expand_prob"], r["sizing"]):
+                 r["expand_prob"], r["sizing"], r["left_policy"], r["left_arg"], r["right_policy"], r["right_arg"]]
+    for w in (r["total_tokens"], r["lookup"], r["depth"], r["min_prob"], r["expand_prob"], r["sizing"],
+              r["left_policy"], r["right_policy"]):
         w.change(_budget, budget_in, ui.budget, api_name=False, show_progress="hidden")
+    for w in (r["left_arg"], r["right_arg"]):  # typed text: judged when the box is left, not at each key
+        w.blur(_budget, budget_in, ui.budget, api_name=False, show_progress="hidden")
     for w in (r["total_tokens"], r["depth"], r["top_k"]):  # moving a size slider by hand compares at your settings
         w.input(lambda: "custom", None, r["sizing"], api_name=False, show_progress="hidden")
     for w in (r["preset"], r["depth"], r["top_k"], r["total_tokens"]):

@@ -38,7 +38,7 @@ from app_parts.views import (analysis_views, label, metrics_markdown, passes_not
 from eagle2.api import decoder_for, encode_prompt, stream
 from eagle2.inputs import check_text
 from eagle2.loading import Bundle
-from eagle2.policies import PLAIN
+from eagle2.policies import DYNAMIC, PLAIN
 from eagle2.tools.bench import turns
 from eagle2.tools.profile import check_profile
 
@@ -311,7 +311,8 @@ def _generate(req: RunRequest, get_bundle, show_pruned: bool, control: RunContro
         session.meta.costs = Costs(measured=profile.get("measured", ""), how=profile.get("how", ""),
                                    verify_ms={int(n): ms for n, ms in profile["verify_ms"].items()},
                                    rest_ms={int(d): ms for d, ms in profile["rest_ms"].items()})
-    sizes = {k: getattr(cfgs["eagle2"], k) for k in ("total_tokens", "depth", "top_k")}
+    own = req.left_policy == DYNAMIC  # the left panel runs the page's EAGLE-2, sized by the controls (or tuned)
+    sizes = {k: getattr(cfgs[DYNAMIC], k) for k in ("total_tokens", "depth", "top_k")} if own else None
     yield Update(session=session, status="Live pass…", model_info=in_use(bundle), sizes=sizes)
     methods = [*TREE_METHODS, *(["vanilla"] if req.with_vanilla else [])]
     budget = None
@@ -343,8 +344,8 @@ def _generate(req: RunRequest, get_bundle, show_pruned: bool, control: RunContro
     session.runs.update(timed)
     session.meta.timing = Timing(decode_s={m: round(t, 4) for m, t in session.decode_s.items()}, live_cut=live_cut,
                                  same_tokens=_same_tokens(session, live))
-    if profile:  # the profile against the steps this run has just timed
-        check = check_profile(profile, session.records("eagle2"), cfgs["eagle2"].total_tokens,
+    if profile and own:  # the profile against the steps this run has just timed
+        check = check_profile(profile, session.records(DYNAMIC), cfgs[DYNAMIC].total_tokens,
                               plain=session.records(PLAIN) if PLAIN in session.runs else None)
         if check is not None:
             session.meta.costs.check = check

@@ -14,6 +14,9 @@ from eagle2.tools.profile import tuned_config
 from eagle2.tools.serving import Shape, sglang_flags
 from eagle2.config import ASSETS, LIMITS, STATIC_PRESET, DecodeConfig, cut_tree, load_tree_presets, parse_tree
 from eagle2.decode.methods import LABELS as METHOD_LABELS
+from eagle2.decode.methods import Shared
+from eagle2.policies import CHAIN, DYNAMIC, PANELS, PLAIN, STATIC, policy
+from eagle2.tools.engines import engine_config
 from eagle2.inputs import check_number, check_text, load_json, shown
 from eagle2.inputs import kind as kind_of
 
@@ -34,6 +37,12 @@ SIZINGS = {"tuned": "same budget, the fastest for this machine",
            "custom": "my settings below"}
 PAPER = {"total_tokens": 60, "depth": 6, "top_k": 10}
 _D = DecodeConfig()
+# What each tree panel can run: the page's own EAGLE-2 or EAGLE-1 (sized by the controls above), a chain, or
+# whatever an engine's flags describe (eagle2/tools/engines.py). The panels default to EAGLE-2 beside EAGLE-1.
+ENGINE = "engine"
+PANEL_POLICIES = {DYNAMIC: "EAGLE-2 (the sizing above)", STATIC: "EAGLE-1 (the tree above)",
+                  CHAIN: "chain of N (the draft's top-1 N times)", ENGINE: "an engine's flags"}
+CHAIN_DEFAULT = 3
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,10 @@ class RunRequest:
     min_prob: float = 0.0     # EAGLE-2 sizes its tree per step (eagle2_sized, ours): keep floor (0 = none)
     expand_prob: float = 0.0  # and expand floor (0 = none; depth stays the cap)
     sizing: str = "custom"    # one of SIZINGS; the page starts on "tuned" (CPU) or "paper" (CUDA)
+    left_policy: str = DYNAMIC   # what the left tree panel runs (PANEL_POLICIES)
+    left_arg: str = ""           # its chain length, or its engine flags
+    right_policy: str = STATIC   # and the right one
+    right_arg: str = ""
 
 
 def env_seconds(name: str, default: float) -> float:
@@ -157,22 +170,74 @@ def configs(req: RunRequest, profile: dict | None = None) -> dict[str, DecodeCon
         raise ValueError(f"prompt-lookup branch must be true or false, not {shown(req.lookup)}")
     floors = dict(min_prob=_number("keep floor", req.min_prob, float),
                   expand_prob=_number("expand floor", req.expand_prob, float))
-    return {"eagle2": DecodeConfig(method="eagle2", lookup=req.lookup, total_tokens=size["total_tokens"],
-                                   depth=size["depth"], top_k=size["top_k"], **floors, **common),
-            "eagle1": DecodeConfig(method="eagle1", tree=tree, total_tokens=len(tree) + 1, **common),
-            "vanilla": DecodeConfig(method="vanilla", **common)}
+    page = {DYNAMIC: DecodeConfig(method=DYNAMIC, lookup=req.lookup, total_tokens=size["total_tokens"],
+                                  depth=size["depth"], top_k=size["top_k"], **floors, **common),
+            STATIC: DecodeConfig(method=STATIC, tree=tree, total_tokens=len(tree) + 1, **common)}
+    left, right = PANELS
+    return {left: panel_config(req.left_policy, req.left_arg, page, common, "left")[0],
+            right: panel_config(req.right_policy, req.right_arg, page, common, "right")[0],
+            PLAIN: DecodeConfig(method=PLAIN, **common)}
+
+
+def panel_config(choice: str, arg: str, page: dict[str, DecodeConfig], common: dict,
+                 side: str) -> tuple[DecodeConfig, str | None]:
+    """A tree panel's config and, where it is not the page's own EAGLE-2 or EAGLE-1, its name in its own terms
+    ("chain of 3", "SGLang: steps 3, ..."); ValueError naming the panel and what is wrong."""
+    check_text(f"the {side} panel's policy", choice, MAX_PROMPT_CHARS, PANEL_POLICIES)
+    text = check_text(f"the {side} panel's chain length or engine flags", arg or "", MAX_PROMPT_CHARS).strip()
+    if choice in page:
+        return page[choice], None
+    shared = Shared(max_new_tokens=common["max_new_tokens"], temperature=common["temperature"],
+                    top_p=common["top_p"], seed=common["seed"], draft_tokens=common["draft_tokens"])
+    if choice == CHAIN:
+        n = _number(f"the {side} panel's chain length", text or CHAIN_DEFAULT, int)
+        check_number(f"the {side} panel's chain length", n, *LIMITS["depth"], whole=True)
+        return DecodeConfig(method=CHAIN, depth=n, top_k=1, total_tokens=n + 1, **common), f"chain of {n}"
+    if not text:
+        raise ValueError(f"the {side} panel runs an engine's flags: paste them, e.g. --speculative-num-steps 3 "
+                         "--speculative-eagle-topk 4 --speculative-num-draft-tokens 8")
+    try:
+        run, cfg = engine_config(text, shared)
+    except ValueError as e:
+        raise ValueError(f"the {side} panel's engine flags: {e}") from None
+    return cfg, run.terms
+
+
+def panels_meta(cfgs: dict[str, DecodeConfig], req: RunRequest) -> dict[str, dict]:
+    """Each tree panel's policy as it ran, its label in its own terms and its verified nodes a step (root
+    included; "up to N" where confidence sizes the tree), for the trace and the page's views."""
+    out = {}
+    for slot, choice, arg, side in ((PANELS[0], req.left_policy, req.left_arg, "left"),
+                                    (PANELS[1], req.right_policy, req.right_arg, "right")):
+        cfg = cfgs[slot]
+        terms = None if choice in (DYNAMIC, STATIC) else panel_config(choice, arg, {}, _common(cfg), side)[1]
+        p = policy(cfg.name)
+        nodes = len(cfg.tree) + 1 if p.static else cfg.total_tokens
+        out[slot] = {"policy": cfg.name, "label": terms, "nodes": f"up to {nodes}" if cfg.sized else nodes}
+    return out
+
+
+def _common(cfg: DecodeConfig) -> dict:
+    return dict(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed,
+                draft_tokens=cfg.draft_tokens)
 
 
 def budget_markdown(total_tokens: object, tree_choice: str, tree_json: str, lookup: bool = False,
                     depth: object = 0, min_prob: object = 0.0, expand_prob: object = 0.0, sizing: str = "custom",
-                    profile: dict | None = None) -> str:
+                    profile: dict | None = None, left_policy: str = DYNAMIC, left_arg: str = "",
+                    right_policy: str = STATIC, right_arg: str = "") -> str:
     """Which comparison the page shows: verified nodes per step for each tree (root included), whether the
-    budgets match, and which EAGLE-2 runs (the paper's, or our variant)."""
+    budgets match, and which EAGLE-2 runs (the paper's, or our variant); each panel's policy where one was
+    picked."""
     req = RunRequest(prompt="", preset="", total_tokens=total_tokens, depth=depth or _D.depth,
                      tree_choice=tree_choice, tree_json=tree_json, lookup=bool(lookup),
-                     min_prob=min_prob or 0.0, expand_prob=expand_prob or 0.0, sizing=sizing)
+                     min_prob=min_prob or 0.0, expand_prob=expand_prob or 0.0, sizing=sizing,
+                     left_policy=left_policy, left_arg=left_arg or "", right_policy=right_policy,
+                     right_arg=right_arg or "")
     try:
         cfg = configs(req, profile)
+        if (left_policy, right_policy) != PANELS:
+            return _panels_line(cfg, req)
     except ValueError as e:
         return f"⚠ {e}"
     dynamic, static = cfg["eagle2"].total_tokens, len(cfg["eagle1"].tree) + 1
@@ -207,6 +272,21 @@ def budget_markdown(total_tokens: object, tree_choice: str, tree_json: str, look
     return line
 
 
+def _panels_line(cfgs: dict[str, DecodeConfig], req: RunRequest) -> str:
+    """The budget line when the panels run policies of the visitor's choosing."""
+    panels = panels_meta(cfgs, req)
+    parts = []
+    for side, slot in zip(("Left", "Right"), PANELS):
+        p = panels[slot]
+        name = p["label"] or METHOD_LABELS.get(p["policy"], p["policy"])
+        parts.append(f"{side} panel: {name}, **{p['nodes']}** nodes verified per step (root included)")
+    line = "Comparing " + " · ".join(parts) + "."
+    a, b = (panels[s]["nodes"] for s in PANELS)
+    if a != b:
+        line += " ⚠ The two panels do not verify the same number of nodes, so their τ is not a like-for-like comparison."
+    return line
+
+
 def page_flags(preset, depth: object, top_k: object, total_tokens: object, bundle=None) -> str:
     """SGLang launch flags that serve the same dynamic tree shape with the preset's head (the paper's EAGLE-2:
     SGLang has no floors), checked as `diagnose` checks them; the head kind is the loaded bundle's, else the
@@ -234,4 +314,5 @@ def settings_meta(cfgs: dict[str, DecodeConfig], req: RunRequest) -> dict:
             "max_new_tokens": c.max_new_tokens, "temperature": c.temperature, "top_p": c.top_p,
             "seed": c.seed, "total_tokens": c.total_tokens, "depth": c.depth, "top_k": c.top_k, "lookup": c.lookup,
             "min_prob": c.min_prob, "expand_prob": c.expand_prob, "draft_tokens": c.draft_tokens,
-            "static_tree": static, "static_nodes": len(s.tree) + 1, "static_paths": [list(p) for p in s.tree]}
+            "static_tree": static, "static_nodes": len(s.tree) + 1, "static_paths": [list(p) for p in s.tree],
+            "panels": panels_meta(cfgs, req)}

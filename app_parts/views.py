@@ -24,6 +24,10 @@ LABELS = {"eagle2": "EAGLE-2 (dynamic tree)", "eagle1": "EAGLE-1 (static tree)",
 
 def label(session: Session, method: str) -> str:
     """A run's name as it ran: the EAGLE-2 column says when it was one of this project's variants."""
+    panel = session.meta.settings.get("panels", {}).get(method)
+    if panel:  # what the panel ran: its own terms (a chain, an engine's flags), else its policy's label
+        return panel["label"] or (LABELS.get(panel["policy"]) if panel["policy"] == method else None) or \
+            METHOD_LABELS.get(panel["policy"], panel["policy"])
     name = session.meta.settings.get("eagle2_method", DYNAMIC) if method == DYNAMIC else method
     return LABELS[method] if name == method else METHOD_LABELS.get(name, name)
 
@@ -101,6 +105,7 @@ def metrics_markdown(session: Session) -> str:
     budget = {"eagle2": (f"up to {settings['total_tokens']}" if settings.get("min_prob") or settings.get("expand_prob")
                          else settings.get("total_tokens", "—")),
               "eagle1": settings.get("static_nodes", len(settings.get("static_paths", [])) + 1), "vanilla": 1}
+    budget.update({m: p["nodes"] for m, p in settings.get("panels", {}).items()})  # older traces: the above
     for r in rows:
         speed = f"{r['speedup']:.2f}×" if r["speedup"] is not None else "—"
         lines.append(f"| {label(session, r['method'])} | {budget[r['method']]} | {r['tokens']} | "

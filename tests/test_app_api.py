@@ -108,3 +108,27 @@ def test_stop_ends_a_long_run_and_the_next_one_works(client):
     assert 3 <= final[8].count("data-step=") < longest and _shown_text(final[8])  # what was made stays shown
     again = list(client.submit("Say hello.", max_new_tokens=4, with_vanilla=False, api_name="/generate"))[-1]
     assert again[0].startswith("Done.")
+
+
+def test_each_panel_runs_the_policy_picked_for_it_chain_and_engine_flags(client, embedded):
+    from eagle2.api import run
+    from eagle2.config import DecodeConfig
+
+    sglang = "--speculative-num-steps 3 --speculative-eagle-topk 4 --speculative-num-draft-tokens 8"
+    outputs = list(client.submit("Name three colours.", max_new_tokens=16, left_policy="chain", left_arg="3",
+                                 right_policy="engine", right_arg=sglang, api_name="/generate"))
+    live = [o for o in outputs if isinstance(o[0], str) and o[0].startswith("Live pass")]
+    assert any(_is_tree(o[2]) and _is_tree(o[3]) for o in live), "both panels draw while decoding"
+    final = outputs[-1]
+    assert final[0].startswith("Done."), final[0]
+    want = "".join(t for r in run(embedded, "Name three colours.", DecodeConfig(method="vanilla",
+                                                                           max_new_tokens=16)).records
+                   for t in r.new_texts)
+    assert _shown_text(final[8]) == want and _shown_text(final[9]) == want
+    table = final[10]
+    assert "| chain of 3 | 4 |" in table
+    assert "| SGLang: steps 3, topk 4, 8 draft tokens (root counted) | 8 |" in table
+    assert "do not share a node budget" in table or "did not share a node budget" in table
+    bad = list(client.submit("Hi", right_policy="engine", right_arg=sglang.replace("topk 4", "topk 1"),
+                             api_name="/generate"))[-1]
+    assert bad[0].startswith("⚠") and "sglang" in bad[0] and "--speculative-num-draft-tokens must equal" in bad[0]

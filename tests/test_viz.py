@@ -426,7 +426,7 @@ def test_tree_size_replay_from_the_run_records():
     for meta, words in [({"settings": {"temperature": 0.7}}, "greedy"), ({"settings": {"lookup": True}}, "prompt-lookup")]:
         assert tree_size_table(recs, meta)[0] == [] and words in tree_size_table(recs, meta)[1]
         assert words in tree_size_figure(recs, meta).layout.annotations[0].text
-    assert "no EAGLE-2 steps" in tree_size_figure([plain_record(0, "A", "eagle2")], {}).layout.annotations[0].text
+    assert "no drafted steps" in tree_size_figure([plain_record(0, "A", "eagle2")], {}).layout.annotations[0].text
     import dataclasses  # a trace without the lookup setting still shows its lookup nodes in the records
 
     looked = dataclasses.replace(recs[1], nodes=recs[1].nodes[:2] + (dataclasses.replace(recs[1].nodes[2], source="lookup"),)

@@ -41,7 +41,7 @@ def tree_size_table(eagle2: list[StepRecord], meta: dict,
     nodes, or no rows and the reason the replay does not apply."""
     steps = {"eagle2": _drafted(eagle2), "eagle1": _drafted(eagle1 or [])}
     if not steps["eagle2"]:
-        return [], "no EAGLE-2 steps yet"
+        return [], "no drafted steps yet"
     settings = meta.get("settings", {})
     if float(settings.get("temperature") or 0.0) > 0.0:
         return [], "the replay needs greedy decoding (temperature 0): a sampled verdict depends on its draw"
@@ -49,7 +49,7 @@ def tree_size_table(eagle2: list[StepRecord], meta: dict,
         return [], "the replay needs a fixed-size tree: this run sized EAGLE-2's tree per step by confidence"
     if settings.get("lookup") or any(n.source != "draft" for r in steps["eagle2"] for n in r.nodes[1:]):
         return [], "the replay leaves out runs with the prompt-lookup branch (it is verified whatever its score)"
-    curves = {m: size_curve(s, max(len(r.verified) for r in s), static=policy(m).static)
+    curves = {m: size_curve(s, max(len(r.verified) for r in s), static=policy(s[0].method).static)
               for m, s in steps.items() if s}
     n_max = max(len(c) for c in curves.values())
     return [{"nodes": n, **{m: (curves[m][n - 1] if m in curves and n <= len(curves[m]) else None)
@@ -95,6 +95,20 @@ def _measured(records: list[StepRecord]) -> tuple[int, float] | None:
     return max(len(r.verified) for r in steps), sum(len(r.accepted) + 1 for r in steps) / len(steps)
 
 
+def _how(grows: str, meta: dict, slot: str) -> tuple[str, str]:
+    """A panel's replayed curve: its name (its own terms where the visitor picked its policy) and hover text."""
+    label = (meta.get("settings", {}).get("panels", {}).get(slot) or {}).get("label")
+    p = policy(grows)
+    if p.static:
+        static = meta.get("settings", {}).get("static_tree") or meta.get("static_tree") or "static tree"
+        name, hover = f"EAGLE-1, replayed ({static} cut breadth first)", "its first %{x} nodes (root included)"
+    elif p.chain:
+        name, hover = "chain, replayed", "its first %{x} nodes (root included)"
+    else:
+        name, hover = "EAGLE-2, replayed", "the %{x} best nodes (root included)"
+    return (f"{label}, replayed" if label else name), hover
+
+
 def tree_size_figure(eagle2: list[StepRecord], meta: dict, eagle1: list[StepRecord] | None = None,
                      stored: list[dict] = ()) -> go.Figure:
     """Both tree kinds' replayed accept length for every smaller tree, with each run itself marked, and
@@ -103,18 +117,19 @@ def tree_size_figure(eagle2: list[StepRecord], meta: dict, eagle1: list[StepReco
     if why:
         return note_figure(why, TITLE)
     fig = go.Figure()
-    static = meta.get("static_tree") or "static tree"
-    how = {"eagle2": ("EAGLE-2, replayed", "the %{x} best nodes (root included)"),
-           "eagle1": (f"EAGLE-1, replayed ({static} cut breadth first)", "its first %{x} nodes (root included)")}
+    names = {}
     for m, records in (("eagle2", eagle2), ("eagle1", eagle1 or [])):
         pts = [(r["nodes"], r[m]) for r in rows if r[m] is not None]
         own = _measured(records)
         if not pts or own is None:
             continue
-        name, hover = how[m]
+        grows = records[0].method  # what the panel grew: the replay follows its own kind of tree
+        name, hover = _how(grows, meta, m)
+        names[m] = name.split(",")[0]
         fig.add_trace(go.Scatter(
             x=[x for x, _ in pts], y=[y for _, y in pts], mode="lines+markers", name=name,
-            line=dict(color=colour(m), width=2, dash="dash" if policy(m).static else "solid"), marker=dict(size=5),
+            line=dict(color=colour(grows), width=2, dash="dash" if policy(grows).static else "solid"),
+            marker=dict(size=5),
             hovertemplate=f"{hover}: τ %{{y:.2f}}<extra>{name}</extra>"))
         fig.add_trace(go.Scatter(
             x=[own[0]], y=[own[1]], mode="markers", name=f"{name.split(',')[0]} as run ({own[0]} nodes)",
@@ -124,7 +139,8 @@ def tree_size_figure(eagle2: list[StepRecord], meta: dict, eagle1: list[StepReco
     enough = min(r["nodes"] for r in top if r["eagle2"] >= top[-1]["eagle2"] - 1e-9)
     if enough < top[-1]["nodes"]:
         fig.add_annotation(x=enough, y=top[enough - 1]["eagle2"], showarrow=True, arrowhead=2, ax=0, ay=40,
-                           text=f"EAGLE-2: {enough} nodes already accept as much as {top[-1]['nodes']}",
+                           text=f"{names.get('eagle2', 'EAGLE-2')}: {enough} nodes already accept as much as "
+                                f"{top[-1]['nodes']}",
                            font=dict(size=12, color="#333333"))
     fig.update_layout(
         template="none", title=dict(text=TITLE, x=0.01), margin=dict(l=60, r=10, t=40, b=60),

@@ -99,6 +99,7 @@ class _Tree:
     def __init__(self, record: StepRecord, total_tokens: int | None) -> None:
         self.r = record
         self.static = policy(record.method).static
+        self.chain = policy(record.method).chain  # one node a level, the draft's top-1; no rerank
         self.depth = _levels(record)
         self.kids: dict[int, list[Node]] = {n.id: [] for n in record.nodes}
         for n in record.nodes:
@@ -155,6 +156,14 @@ def _level_text(t: _Tree, d: int) -> str:
     grown = [n for n in t.at(d - 1) if n.expanded]
     new = t.at(d)
     head = f"**Level {d} of {t.depth}.** "
+    if t.chain:
+        head += (f"A chain drafts one token a level: the draft's top-1 after {_md(grown[0].text) if grown else 'it'}"
+                 f" ({counted(len(new), 'new node')}). No other candidate is drafted, so a miss ends the step.")
+        stopped = [n for n in new if n.status != KEPT]
+        if stopped:
+            head += (f" {_md(stopped[0].text)} has draft probability {stopped[0].prob:.3f}, below the chain's p_min: "
+                     "drafting stops here and it is not verified (llama.cpp's --spec-draft-p-min).")
+        return head
     if t.static:
         head += (f"EAGLE-1's tree has a fixed shape, chosen offline: every node of depth {d - 1} that has children "
                  f"in the shape is expanded, and no score decides it. At this level the shape drafts "
@@ -184,6 +193,9 @@ def _level_text(t: _Tree, d: int) -> str:
 
 def _rerank_text(t: _Tree) -> str:
     pool = t.r.nodes[1:]
+    if t.chain:
+        return (f"**No rerank.** A chain verifies the {counted(len(t.kept), 'token')} it kept, in order: there is "
+                "nothing to choose between.")
     if t.static:
         low = min(n.score for n in pool)
         return (f"**No rerank.** EAGLE-1 verifies every node of its fixed shape: all {len(pool)} drafted nodes go "
