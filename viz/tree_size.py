@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from eagle2.decode.records import StepRecord
+from eagle2.decode.records import StepRecord, tau
 from eagle2.tools.replay import size_curve
 from viz.colours import colour
 from viz.empty import note_figure
@@ -52,7 +52,7 @@ def _measured(records: list[StepRecord]) -> tuple[int, float] | None:
     steps = _drafted(records)
     if not steps:
         return None
-    return max(len(r.verified) for r in steps), sum(len(r.accepted) + 1 for r in steps) / len(steps)
+    return max(len(r.verified) for r in steps), tau(steps)
 
 
 def tree_size_figure(eagle2: list[StepRecord], meta: dict, eagle1: list[StepRecord] | None = None) -> go.Figure:
