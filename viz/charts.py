@@ -154,8 +154,8 @@ def lookup_accepted(records: list[StepRecord]) -> int:
 
 def metrics_rows(runs: dict[str, list[StepRecord]], vanilla_tokens_per_s: float | None = None,
                  wall_s: dict[str, float] | None = None) -> list[dict]:
-    """Per method: tokens and target forwards (the whole run, prefill included), τ (`records.tau`), time, tokens/s, speedup, and accepted tokens only the
-    prompt-lookup branch proposed. Time is the decode's measured wall time where given (`wall_s`, as the bench
+    """Per method: tokens and target forwards (the whole run, prefill included), τ (`records.tau`), time,
+    tokens/s, speedup, and accepted tokens only the prompt-lookup branch proposed. Time is the decode's measured wall time where given (`wall_s`, as the bench
     measures it), else the sum of the records' phase timings, prefill included."""
     rows = []
     for method, recs in runs.items():
