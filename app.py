@@ -160,12 +160,15 @@ def _live_panel(ui: SimpleNamespace) -> None:
     ui.metrics = gr.Markdown(metrics_markdown(Session()), elem_id="metrics")
     with gr.Accordion("Unfold a step: how EAGLE-2 built it, beside EAGLE-1's fixed tree", open=False,
                       elem_id="unfold"):
-        gr.Markdown("Replays the step the EAGLE-2 slider shows from its record alone: the root, each drafted level "
-                    "(which nodes were expanded and what they drafted), the rerank that kept the best nodes, and the "
-                    "target's verdict. EAGLE-1's tree at the same step number goes through the same frames.")
+        gr.Markdown("Replays the step each panel shows (after Play, Pause, the step buttons or a slider) from its "
+                    "record alone: the root, each drafted level (which nodes were expanded and what they drafted), "
+                    "the rerank that kept the best nodes, and the target's verdict. EAGLE-1's tree goes through the "
+                    "same frames. Drag the frame slider, type a frame number or use the arrow keys on it.")
         with gr.Row():
             ui.unfold_btn = gr.Button("Unfold the step shown", size="sm", elem_id="unfold-go")
+            ui.frame_back = gr.Button("◀ frame", size="sm", elem_id="frame-back")
             ui.stage = gr.Slider(0, 1, value=0, step=1, label="frame", elem_id="unfold-stage")
+            ui.frame_fwd = gr.Button("frame ▶", size="sm", elem_id="frame-forward")
         with gr.Row(equal_height=False):
             ui.unfold_figs = {m: gr.Plot(show_label=False, elem_id=f"unfold-{m}") for m in TREE_METHODS}
         with gr.Row(equal_height=False):
@@ -395,12 +398,15 @@ def _wire_steps(ui: SimpleNamespace) -> None:
                         ui.sliders[m]: gr.update(value=v.step)})
         return out
 
+    # A slider redraws on `input`: a drag, a typed number and the arrow keys all fire it (`release` fires only on a
+    # mouse release or when the number box loses focus). Play and Generate set the sliders' values from the server,
+    # which fires `change` but never `input`, so playback causes no redraw storm; "always_last" keeps a fast drag
+    # to one pending redraw and ends on the value the slider was left at.
     for m in TREE_METHODS:  # the session goes back to its State, which restarts its idle time
-        ui.sliders[m].release(lambda s, v, p, m=m: (*actions.scrub(s, m, v, p), s),
-                              [ui.state, ui.sliders[m], ui.show_pruned],
-                              [ui.trees[m], ui.texts[m], ui.captions[m], ui.state], api_name=f"scrub_{m}",
-                              preprocess=False,
-                              show_progress="hidden")
+        ui.sliders[m].input(lambda s, v, p, m=m: (*actions.scrub(s, m, v, p), s),
+                            [ui.state, ui.sliders[m], ui.show_pruned],
+                            [ui.trees[m], ui.texts[m], ui.captions[m], ui.state], api_name=f"scrub_{m}",
+                            preprocess=False, trigger_mode="always_last", show_progress="hidden")
     for btn, delta, api in ((ui.back_btn, -1, "step_back"), (ui.fwd_btn, 1, "step_forward")):
         btn.click(lambda s, p, d=delta: step_views(*playback.move(s, d, p)), [ui.state, ui.show_pruned], step_out,
                   api_name=api, show_progress="hidden", concurrency_limit=None, preprocess=False)
@@ -425,18 +431,20 @@ def _wire_steps(ui: SimpleNamespace) -> None:
     ui.timer.tick(tick, [ui.state, ui.show_pruned], [*step_out, ui.timer, ui.play_btn], api_name=False,
                   show_progress="hidden", concurrency_limit=None)
 
-    def unfold(s: Session, stage: float | None, fresh: bool) -> dict:
-        u = playback.unfold(s, None if fresh else stage)
+    def _unfolded(u: playback.Unfolded, s: Session) -> dict:
         out = {ui.stage: gr.update(maximum=max(len(u.names) - 1, 1), value=u.stage), ui.state: s}
         out.update({ui.unfold_figs[m]: u.figures[m] for m in TREE_METHODS})
         out.update({ui.unfold_texts[m]: u.texts[m] for m in TREE_METHODS})
         return out
 
     unfold_out = [ui.stage, ui.state, *ui.unfold_figs.values(), *ui.unfold_texts.values()]
-    ui.unfold_btn.click(lambda s: unfold(s, 0, True), ui.state, unfold_out, api_name="unfold", show_progress="hidden")
-    ui.stage.release(lambda s, v: unfold(s, v, False), [ui.state, ui.stage], unfold_out, api_name="unfold_stage",
-                     preprocess=False,
-                     show_progress="hidden")
+    ui.unfold_btn.click(lambda s: _unfolded(playback.unfold(s), s), ui.state, unfold_out, api_name="unfold",
+                        show_progress="hidden")
+    ui.stage.input(lambda s, v: _unfolded(playback.unfold(s, v), s), [ui.state, ui.stage], unfold_out,
+                   api_name="unfold_stage", preprocess=False, trigger_mode="always_last", show_progress="hidden")
+    for btn, delta, api in ((ui.frame_back, -1, "unfold_back"), (ui.frame_fwd, 1, "unfold_forward")):
+        btn.click(lambda s, v, d=delta: _unfolded(playback.unfold_frame(s, v, d), s), [ui.state, ui.stage],
+                  unfold_out, api_name=api, preprocess=False, show_progress="hidden")
 
 
 def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:

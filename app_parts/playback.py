@@ -37,6 +37,15 @@ def last_step(session: Session) -> int:
     return max((session.last_step(m) for m in TREE_METHODS if session.records(m)), default=0)
 
 
+def shown_steps(session: Session) -> dict[str, int]:
+    """The step each panel shows now: its latest while it follows the decode, else the one Play, the step
+    buttons or its slider last drew (`show_step` writes it). This, not Play's position, is what the visitor
+    sees: Play's position is -1 between pressing Play and its first tick, while the panels still show a step."""
+    return {m: session.last_step(m) if session.follow.get(m, True) else min(session.shown.get(m, 0),
+                                                                               session.last_step(m))
+            for m in TREE_METHODS if session.records(m)}
+
+
 def current(session: Session) -> int:
     """The step the playback controls stand on: Play's position, else the EAGLE-2 tree's (or EAGLE-1's)."""
     if session.play is not None:
@@ -88,9 +97,10 @@ def tick(session: Session | None, show_pruned: bool = True) -> tuple[Session, di
 
 @dataclass(frozen=True)
 class Unfolded:
-    """A step unfolded: the frame names, the frame shown, and each method's figure and explanation."""
+    """A step unfolded: each method's step, the frame names, the frame shown, and each method's figure and
+    explanation."""
 
-    step: int
+    steps: dict[str, int]
     names: list[str]
     stage: int
     figures: dict[str, go.Figure]
@@ -98,15 +108,20 @@ class Unfolded:
 
 
 def unfold(session: Session | None, stage: float | None = None) -> Unfolded:
-    """The frames of how the step shown was built; `stage` None starts a new unfolding at the step the trees
-    show now (frame 0), a number shows that frame of the step already unfolded."""
+    """The frames of how the steps shown were built; `stage` None starts a new unfolding at the step each panel
+    shows now (frame 0), a number shows that frame (clamped) of the steps already unfolded."""
     session = session or Session()
     if stage is None or session.unfold_step is None:
-        session.unfold_step = current(session)
-    k = session.unfold_step
-    recs = {m: session.record(m, min(k, session.last_step(m))) if session.records(m) else None for m in TREE_METHODS}
+        session.unfold_step = shown_steps(session)
+    steps = session.unfold_step
+    recs = {m: session.record(m, steps[m]) if m in steps else None for m in TREE_METHODS}
     names = stage_names(recs["eagle2"], recs["eagle1"])
     i = min(max(whole_step(stage), 0), len(names) - 1)
-    return Unfolded(k, names, i,
+    return Unfolded(dict(steps), names, i,
                     {m: unfold_figure(recs[m], names[i], label(session, m)) for m in TREE_METHODS},
                     {m: unfold_text(recs[m], names[i], label(session, m)) for m in TREE_METHODS})
+
+
+def unfold_frame(session: Session | None, stage: float | None, delta: int) -> Unfolded:
+    """The previous (`delta` -1) or next (+1) frame of the steps unfolded (a new unfolding when none is)."""
+    return unfold(session, whole_step(stage) + delta)

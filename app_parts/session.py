@@ -50,7 +50,7 @@ class Session:
     shown: dict[str, int] = field(default_factory=dict)  # the step each tree shows when it does not follow
     play: int | None = None   # the step Play, Pause and the step buttons stand on (both trees together)
     playing: bool = False
-    unfold_step: int | None = None  # the step the unfold view replays
+    unfold_step: dict[str, int] | None = None  # the step of each method the unfold view replays
 
     def records(self, method: str) -> list[StepRecord]:
         """The records of one method (empty when it has not run)."""

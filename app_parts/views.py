@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 
 from app_parts.session import MAX_FADED_NODES, TREE_METHODS, Session, session_ttl_s
 from eagle2.decode.methods import LABELS as METHOD_LABELS
-from eagle2.decode.records import ACCEPTED, KEPT, ROOT, Node, StepRecord
+from eagle2.decode.records import ACCEPTED, KEPT, ROOT, TAU_DEFINITION, Node, StepRecord
 from eagle2.policies import DYNAMIC, PLAIN
 from eagle2.tools.device_profiles import stored_profiles
 from viz.empty import note_figure
@@ -99,7 +99,7 @@ def metrics_markdown(session: Session) -> str:
         return "No run yet."
     wall = _wall_s(session)
     rows = metrics_rows(runs, _vanilla_tps(session), wall_s=wall)
-    lines = ["| method | nodes a step | tokens | target forwards | mean accept length τ | tokens/s | speedup | "
+    lines = ["| method | nodes a step | tokens | target forwards | τ | tokens/s | speedup | "
              "same text as plain |", "|---|---:|---:|---:|---:|---:|---:|---|"]
     settings = session.meta.settings
     budget = {"eagle2": (f"up to {settings['total_tokens']}" if settings.get("min_prob") or settings.get("expand_prob")
@@ -116,7 +116,10 @@ def metrics_markdown(session: Session) -> str:
            "meanwhile, the methods taking turns step by step so that none is favoured by its place, each timed as "
            "`python -m eagle2 bench` times it (its decode's own wall time, prefill included)" if wall else
            "from the engine's own phase timings (prefill included)")
-    note = (f"Tokens/s: {how}, measured on this machine {when} ({session.meta.device or 'setup unknown'}). "
+    # τ is defined here, once on the page; the charts' τ comes from the same function (records.tau)
+    note = (f"{TAU_DEFINITION}. The tokens and target forwards columns count the "
+            "whole run, the prefill included. "
+            f"Tokens/s: {how}, measured on this machine {when} ({session.meta.device or 'setup unknown'}). "
             "Speedup = tokens/s over plain decoding of the same prompt in the same run.")
     if settings and budget["eagle2"] != budget["eagle1"]:
         note += " ⚠ The two trees did not share a node budget, so their τ is not a like-for-like comparison."

@@ -19,6 +19,7 @@ import sys
 from app_parts.presets import CACHE, load_presets
 from app_parts.runner import generate
 from app_parts.settings import RunRequest, configs
+from eagle2.decode.records import tau
 from eagle2.tools.prompts import read_prompts
 from eagle2.policies import PANELS, PLAIN, policy
 
@@ -51,7 +52,7 @@ def page_run(prompt: str, preset, max_new: int) -> tuple[dict, dict]:
     for m in METHODS:
         recs = s.records(m)
         tokens = [t for r in recs for t in r.new_tokens]
-        out[m] = {"tokens_per_s": len(tokens) / wall[m], "tau": len(tokens) / sum(r.target_forwards for r in recs),
+        out[m] = {"tokens_per_s": len(tokens) / wall[m], "tau": tau(recs),
                   "tokens": tokens}
     return out, configs(req, CACHE.profile(preset, CACHE.get(preset)))
 

@@ -76,9 +76,11 @@ def test_accept_length_by_category_adds_up_to_each_prompts_record(tiny, tmp_path
     got = by_category(res, cats)
     assert list(got) == ["copy", "other"]
     for cat, rows in (("copy", [0, 2]), ("other", [1])):
-        toks = sum(res["per_prompt"][i]["eagle2"] for i in rows)
-        fwd = sum(res["per_prompt_forwards"][i]["eagle2"] for i in rows)
+        toks = sum(res["per_prompt_tau_counts"][i]["eagle2"][0] for i in rows)
+        fwd = sum(res["per_prompt_tau_counts"][i]["eagle2"][1] for i in rows)
         assert got[cat]["eagle2"] == toks / fwd
+        # τ leaves out the prefill: its tokens are every token but each prompt's first
+        assert toks == sum(res["per_prompt"][i]["eagle2"] - 1 for i in rows)
         assert got[cat]["vanilla"] == 1.0 and got[cat]["hf_greedy"] is None  # transformers' forwards unknown
     whole = res["methods"]["eagle2"]["mean_accept_length"]
     assert min(got["copy"]["eagle2"], got["other"]["eagle2"]) <= whole <= max(got["copy"]["eagle2"], got["other"]["eagle2"])

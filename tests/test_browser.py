@@ -44,7 +44,7 @@ def page(embedded):
 
 
 def _set_number(page, elem_id: str, value: int) -> None:
-    """Type into a slider's number box and leave it (blur commits the value and fires `release`)."""
+    """Type into a slider's number box and leave it (typing fires the slider's `input`, which redraws)."""
     box = page.locator(f"#{elem_id} input[type=number]")
     box.fill(str(value))
     box.press("Tab")
@@ -96,59 +96,81 @@ def _step_shown(page, method: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def test_both_trees_grow_while_the_decoder_runs_then_play_steps_and_unfold(page):
-    """While Generate decodes, each panel's title shows several steps (sampled as a visitor would look, a few
-    times a second); after the run, Play walks both trees from the first step, the step buttons move by one,
-    and a step unfolds frame by frame."""
-    import time
+# Records in the page, on every change of the DOM, the step each tree's title shows (only while the status line
+# starts with `while`, when given): what a visitor would see, observed by the page itself, with no polling sleep.
+WATCH_STEPS = """(only) => {
+    window.__seen = {eagle2: [], eagle1: []};
+    if (window.__watch) window.__watch.disconnect();
+    const look = () => {
+        if (only && !(document.querySelector('#status')?.innerText || '').startsWith(only)) return;
+        for (const m of ['eagle2', 'eagle1']) {
+            const k = /step (\\d+)/.exec(document.querySelector(`#tree-${m} .gtitle`)?.textContent || '');
+            if (k && !window.__seen[m].includes(+k[1])) window.__seen[m].push(+k[1]);
+        }
+    };
+    window.__watch = new MutationObserver(look);
+    window.__watch.observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+SAME_STEP = ("() => { const k = s => (/step (\\d+)/.exec(document.querySelector(s)?.textContent || '') || [])[1];"
+             " return k('#unfold-eagle2 .gtitle') !== undefined && k('#unfold-eagle2 .gtitle') === "
+             "k('#tree-eagle2 .gtitle'); }")
 
+
+def _wait_frame(page, name: str) -> None:
+    page.wait_for_function("n => (document.querySelector('#unfold-eagle2 .gtitle')?.textContent || '')"
+                           ".endsWith(n)", arg=name)
+
+
+def test_both_trees_grow_while_the_decoder_runs_then_play_steps_and_unfold(page):
+    """While Generate decodes, each panel's title shows several steps (recorded by the page on every redraw);
+    after the run, Play walks both trees from the first step, Pause stops them, "Unfold the step shown" unfolds
+    the step the panels show, the step buttons move by one, and a step unfolds frame by frame: by typed frame
+    numbers (Enter, no blur), the arrow keys and the frame buttons."""
+    page.evaluate(WATCH_STEPS, "Live pass")  # before Generate, so that no early step goes unseen
     _generate(page, "Explain in a few sentences how a bicycle stays upright.", 96, plain=True)  # a live pass of seconds
-    seen: dict[str, set[int]] = {"eagle2": set(), "eagle1": set()}
-    pairs = []
-    deadline = time.time() + RUN_MS / 1000
-    while time.time() < deadline and not _status(page).startswith("Done"):
-        if _status(page).startswith("Live pass"):
-            steps = {m: _step_shown(page, m) for m in seen}
-            for m, k in steps.items():
-                if k is not None:
-                    seen[m].add(k)
-            pairs.append(steps)
-        time.sleep(0.25)
     _wait_status(page, "Done.")
+    seen = page.evaluate("() => window.__seen")
     assert len(seen["eagle2"]) >= 3 and len(seen["eagle1"]) >= 3, seen
     assert "The live pass and the timed pass gave the same tokens" in page.locator("#metrics").inner_text()
-    # Play from the first step: both trees walk together
+    # Play from the first step: both trees walk together, until Pause
+    page.evaluate(WATCH_STEPS, None)
     page.click("#play")
-    played: dict[str, set[int]] = {"eagle2": set(), "eagle1": set()}
-    end = time.time() + 5
-    while time.time() < end:
-        for m in played:
-            k = _step_shown(page, m)
-            if k is not None:
-                played[m].add(k)
-        time.sleep(0.2)
-    assert len(played["eagle2"]) >= 3 and len(played["eagle1"]) >= 3, played
-    assert min(played["eagle2"]) <= 3  # it started from the first steps
+    page.wait_for_function("() => window.__seen.eagle2.length >= 3 && window.__seen.eagle1.length >= 3")
     page.click("#play")  # pause
-    time.sleep(1.0)
+    page.wait_for_function("() => (document.querySelector('#play')?.innerText || '').includes('Play')")
+    played = page.evaluate("() => window.__seen")
+    assert min(played["eagle2"]) <= 3, played  # it started from the first steps
+    # "Unfold the step shown" after Play and Pause: the step the EAGLE-2 panel shows, not the prefill
+    page.locator("#unfold").get_by_text("Unfold a step").first.click()
+    page.click("#unfold-go")
+    page.wait_for_function(SAME_STEP)
+    assert _step_shown(page, "eagle2") >= 1
     k = _step_shown(page, "eagle2")
     page.click("#step-forward")
     page.wait_for_function("k => (document.querySelector('#tree-eagle2 .gtitle')?.textContent || '')"
                            ".includes(`step ${k + 1}:`)", arg=k)
+    page.click("#unfold-go")  # the step buttons moved the panels: the unfolding follows them
+    page.wait_for_function("k => (document.querySelector('#unfold-eagle2 .gtitle')?.textContent || '')"
+                           ".includes(`step ${k + 1} · root`)", arg=k)
     page.click("#step-back")
     page.wait_for_function("k => (document.querySelector('#tree-eagle2 .gtitle')?.textContent || '')"
                            ".includes(`step ${k}:`)", arg=k)
-    # unfold the step shown: frame 0 is the root, the next frames the drafted levels
-    page.locator("#unfold").get_by_text("Unfold a step").first.click()
-    page.click("#unfold-go")
-    page.wait_for_function("() => (document.querySelector('#unfold-eagle2 .gtitle')?.textContent || '').length > 0")
-    first = page.locator("#unfold-eagle2 .gtitle").first.text_content()
-    _set_number(page, "unfold-stage", 1)
-    page.wait_for_function("t => (document.querySelector('#unfold-eagle2 .gtitle')?.textContent || '') !== t",
-                           arg=first)
-    assert "level 1" in page.locator("#unfold-eagle2 .gtitle").first.text_content()
+    # a typed frame number redraws at once (Enter: the number box keeps its focus, so no blur and no release)
+    box = page.locator("#unfold-stage input[type=number]")
+    box.fill("1")
+    box.press("Enter")
+    page.wait_for_function("() => (document.querySelector('#unfold-eagle2 .gtitle')?.textContent || '')"
+                           ".includes('level 1')")
     assert "level 1" in page.locator("#unfold-eagle1 .gtitle").first.text_content()
     assert page.locator("#unfold-text-eagle2").inner_text().strip()
+    # the arrow keys on the slider, then the frame buttons
+    page.locator("#unfold-stage input[type=range]").press("ArrowLeft")
+    _wait_frame(page, "root")
+    page.click("#frame-forward")
+    page.wait_for_function("() => (document.querySelector('#unfold-eagle2 .gtitle')?.textContent || '')"
+                           ".includes('level 1')")
+    page.click("#frame-back")
+    _wait_frame(page, "root")
 
 
 def test_a_link_carries_the_example_and_a_bad_link_says_what_it_ignored(page):
@@ -310,11 +332,28 @@ def test_the_workload_tab_diagnoses_an_uploaded_file(page, tmp_path):
     page.get_by_role("tab", name="One prompt, step by step").click()
 
 
-def test_stop_while_waiting_leaves_the_queue_without_decoding(page):
+def test_stop_while_waiting_leaves_the_queue_without_decoding(page, monkeypatch):
     """A second visitor presses Generate while the first one's long run decodes: their page shows its place in
-    the queue; Stop takes them out, and when the model is free their run ends at once, having decoded nothing."""
-    from app_parts.presets import page_token_limit
+    the queue; Stop takes them out, and when the model is free their run ends at once, having decoded nothing.
 
+    The first run is held after its first drawn step until its visitor presses Stop. Without the hold it raced
+    the test: a run ends by itself (its token limit, or the page's time limit of EAGLE2_RUN_BUDGET_S), and on a
+    busy machine the second page's loading and queueing could outlast it, so that Stop found nothing running
+    ("Nothing is running.") or the time limit had ended it ("Stopped at the time limit…"), never "Stopped."."""
+    import threading
+
+    import app
+
+    inner, released = app.generate, threading.Event()
+
+    def held(*args, **kwargs):  # the served page looks `generate` up per call
+        control = kwargs["control"]
+        for u in inner(*args, **kwargs):
+            yield u
+            while u.trees and u.status.startswith("Live pass") and not control.stop_requested:
+                released.wait(0.05)  # a wait on the first visitor's Stop, not a guess at how long a step takes
+
+    monkeypatch.setattr(app, "generate", held)
     url = page.url.split("?")[0]
     contexts = [page.context.browser.new_context(viewport={"width": 1280, "height": 900}) for _ in range(2)]
     try:
@@ -323,8 +362,8 @@ def test_stop_while_waiting_leaves_the_queue_without_decoding(page):
             pg.set_default_timeout(60_000)
             pg.goto(url)
             pg.wait_for_selector("#prompt textarea")
-        _generate(first, "Tell me a long story about a dragon.", page_token_limit(), plain=True)  # outlasts the queueing
-        _wait_status(first, "Live pass")
+        _generate(first, "Tell me a long story about a dragon.", 64, plain=True)
+        _wait_status(first, "Live pass (drawn")  # its first steps drawn: held there until its Stop
         _generate(second, "Say hello.", 8, plain=False)
         # while a run waits, the status line carries Gradio's "queue: place/size | elapsed/estimate" before its text
         second.wait_for_function("() => (document.querySelector('#status')?.innerText || '')"
@@ -337,10 +376,11 @@ def test_stop_while_waiting_leaves_the_queue_without_decoding(page):
         first.click("#stop")
         try:
             _wait_status(first, "Stopped. Kept what was produced")
-        except Exception as e:  # say where the first visitor's run stood (it once never showed this)
+        except Exception as e:  # say where the first visitor's run stood
             raise AssertionError(f"the first visitor's status after Stop: {_status(first)!r}") from e
         _wait_status(second, "Stopped before it started")
         assert "no output yet" in second.locator("#text-eagle2").inner_text()
     finally:
+        released.set()
         for ctx in contexts:
             ctx.close()

@@ -115,7 +115,7 @@ def test_report_follows_the_json_contract(decodes):
         assert list(p["tau"]["chain"]) == [str(n) for n in range(1, 8)]
         assert list(p["tau"]["eagle1"]) == [str(n) for n in range(2, 27)]
         assert len(p["tau"]["eagle2"]) == 59 * 7 and "60,7" in p["tau"]["eagle2"]
-        assert p["tau"]["eagle2"]["60,7"] == pytest.approx(p["recorded"]["tau_with_bonus"], abs=1e-3)
+        assert p["tau"]["eagle2"]["60,7"] == pytest.approx(p["recorded"]["tau"], abs=1e-3)
     assert set(out["by_category"]) == {"even", "odd"}
     rec = out["recommended"]
     assert set(rec) >= {"cpu", "gpu", "sglang", "vllm", "tensorrt_llm"}

@@ -330,7 +330,8 @@ def test_metrics_rows():
     runs = {"eagle2": analysis_records(), "vanilla": [plain_record(i, "x") for i in range(4)]}
     rows = {r["method"]: r for r in metrics_rows(runs, vanilla_tokens_per_s=20.0)}
     e = rows["eagle2"]
-    assert (e["tokens"], e["target_forwards"]) == (6, 3) and e["mean_accept_length"] == 2.0
+    assert (e["tokens"], e["target_forwards"]) == (6, 3)  # the whole run, prefill included
+    assert e["mean_accept_length"] == 2.5  # τ leaves the prefill out (records.tau), as the charts do
     assert e["time_s"] == pytest.approx(0.112)  # 50 ms prefill + 2 x 31 ms
     assert e["tokens_per_s"] == pytest.approx(6 / 0.112) and e["speedup"] == pytest.approx(6 / 0.112 / 20.0)
     assert rows["vanilla"]["tokens_per_s"] == pytest.approx(20.0) and rows["vanilla"]["mean_accept_length"] == 1.0

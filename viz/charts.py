@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 import plotly.graph_objects as go
 
-from eagle2.decode.records import ACCEPTED, KEPT, REJECTED, Node, StepRecord, summarise
+from eagle2.decode.records import ACCEPTED, KEPT, REJECTED, Node, StepRecord, decoding_steps, summarise, tau
 from viz.colours import colour
 from viz.empty import note_figure
 
@@ -125,14 +125,12 @@ def accept_length_figure(runs: dict[str, list[StepRecord]]) -> go.Figure:
     title = "Accept length per step"
     fig = go.Figure()
     for method, recs in runs.items():
-        steps = [r for r in recs if r.step != 0]
+        steps = decoding_steps(recs)
         if not steps:
             continue
-        lengths = [len(r.new_tokens) for r in steps]
-        forwards = sum(r.target_forwards for r in steps)
-        tau = sum(lengths) / forwards if forwards else 0.0
         fig.add_trace(go.Scatter(
-            x=[r.step for r in steps], y=lengths, mode="lines+markers", name=f"{method} (τ = {tau:.2f})",
+            x=[r.step for r in steps], y=[len(r.new_tokens) for r in steps], mode="lines+markers",
+            name=f"{method} (τ = {tau(steps):.2f})",
             line=dict(shape="hv", width=1.5, color=colour(method)), marker=dict(size=5, color=colour(method)),
             customdata=[[len(r.accepted)] for r in steps],
             hovertemplate=(f"{method}<br>step %{{x}}: %{{y}} tokens"
@@ -156,8 +154,8 @@ def lookup_accepted(records: list[StepRecord]) -> int:
 
 def metrics_rows(runs: dict[str, list[StepRecord]], vanilla_tokens_per_s: float | None = None,
                  wall_s: dict[str, float] | None = None) -> list[dict]:
-    """Per method: tokens, target forwards, tau, time, tokens/s, speedup, and accepted tokens only the
-    prompt-lookup branch proposed. Time is the decode's measured wall time where given (`wall_s`, as the bench
+    """Per method: tokens and target forwards (the whole run, prefill included), τ (`records.tau`), time,
+    tokens/s, speedup, and accepted tokens only the prompt-lookup branch proposed. Time is the decode's measured wall time where given (`wall_s`, as the bench
     measures it), else the sum of the records' phase timings, prefill included."""
     rows = []
     for method, recs in runs.items():

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from eagle2.decode.records import StepRecord
+from eagle2.decode.records import StepRecord, tau
 from eagle2.tools.device_profiles import projected_label
 from eagle2.tools.serving import interpolate
 from viz.colours import colour
@@ -40,7 +40,7 @@ def _run_point(records: list[StepRecord]) -> tuple[float, float] | None:
     steps = [r for r in records if r.nodes]
     if not steps:
         return None
-    return (sum(len(r.verified) for r in steps) / len(steps), sum(len(r.accepted) + 1 for r in steps) / len(steps))
+    return sum(len(r.verified) for r in steps) / len(steps), tau(steps)
 
 
 STORED_COLOURS = ("#1f77b4", "#9467bd", "#8c564b", "#17becf")  # one per stored profile, none a method's colour
@@ -80,10 +80,10 @@ def cost_figure(costs: dict | None, runs: dict[str, list[StepRecord]], depth: in
             hovertemplate=(f"on {profile['device']}: %{{x}} nodes would cost verify %{{customdata[0]:.1f}} ms + "
                            "drafting %{customdata[1]:.1f} ms a step<br>and need τ ≥ %{y:.2f} to beat plain "
                            f"decoding there<extra>{profile['date']}</extra>")))
-    for m, (nodes, tau) in points.items():
+    for m, (nodes, run_tau) in points.items():
         name = (labels or {}).get(m, m)
         fig.add_trace(go.Scatter(
-            x=[nodes], y=[tau], mode="markers", name=f"{name}: τ {tau:.2f} at {nodes:.1f} nodes",
+            x=[nodes], y=[run_tau], mode="markers", name=f"{name}: τ {run_tau:.2f} at {nodes:.1f} nodes",
             marker=dict(size=13, color=colour(m), symbol="diamond", line=dict(width=1, color="#222222")),
             hovertemplate=f"{name}<br>%{{x:.1f}} nodes a step, τ %{{y:.2f}}<extra></extra>"))
     here = (f"measured on this machine {costs.get('measured', '')}. Above the line: faster than plain decoding."

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from eagle2.decode.records import StepRecord
+from eagle2.decode.records import StepRecord, tau
 from eagle2.tools.device_profiles import projected_label
 from eagle2.tools.replay import size_curve
 from eagle2.policies import policy
@@ -92,7 +92,7 @@ def _measured(records: list[StepRecord]) -> tuple[int, float] | None:
     steps = _drafted(records)
     if not steps:
         return None
-    return max(len(r.verified) for r in steps), sum(len(r.accepted) + 1 for r in steps) / len(steps)
+    return max(len(r.verified) for r in steps), tau(steps)
 
 
 def _how(grows: str, meta: dict, slot: str) -> tuple[str, str]:

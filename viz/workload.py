@@ -63,7 +63,7 @@ def report_html(out: dict) -> str:
     rec = out.get("recommended", {})
     esc = html.escape
     rows = "".join(f"<tr><td>{p['id']}</td><td>{esc(p['category'])}</td><td>{p['tokens']}</td>"
-                   f"<td>{p['recorded'].get('tau_with_bonus', '')}</td><td>{p['collapses']['count']}</td>"
+                   f"<td>{p['recorded'].get('tau', '')}</td><td>{p['collapses']['count']}</td>"
                    f"<td>{esc(_worst(p['collapses']['worst'][:3]))}</td></tr>" for p in out["per_prompt"])
     defs = "".join(f"<li><b>{esc(k)}</b>: {esc(v)}</li>" for k, v in out["definitions"].items())
     return (

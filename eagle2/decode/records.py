@@ -7,6 +7,7 @@ verified node, the accepted path, the bonus token and the timings of the phases.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -95,6 +96,32 @@ class StepRecord:
         return StepRecord(nodes=nodes, **fields)
 
 
+# The one definition of the mean accept length τ: every table, chart, bench, report and trace computes it with
+# `tau_counts` / `tau`. The prefill is left out because it drafts nothing: its forward reads the prompt and yields
+# one token whatever the method, so counting it would pull every method's τ toward 1.0 by an amount that depends
+# on the run's length, not on its drafts.
+TAU_DEFINITION = ("τ (mean accept length) = tokens committed by the drafted steps ÷ their target forwards, one a "
+                  "step: the accepted draft tokens plus the target's bonus token, the prefill (its forward and its "
+                  "one token) not counted; plain decoding scores 1.0")
+
+
+def decoding_steps(records: Iterable[StepRecord]) -> list[StepRecord]:
+    """Every step after the prefill (step 0): the steps τ counts."""
+    return [r for r in records if r.step != 0]
+
+
+def tau_counts(records: Iterable[StepRecord]) -> tuple[int, int]:
+    """(tokens, target forwards) of the steps τ counts; add them over runs to pool τ as a bench does."""
+    steps = decoding_steps(records)
+    return sum(len(r.new_tokens) for r in steps), sum(r.target_forwards for r in steps)
+
+
+def tau(records: Iterable[StepRecord]) -> float:
+    """The mean accept length τ of one run (TAU_DEFINITION); 0.0 when it took no step after the prefill."""
+    tokens, forwards = tau_counts(records)
+    return tokens / forwards if forwards else 0.0
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """Totals of one run, derived from its records."""
@@ -108,7 +135,7 @@ class RunSummary:
 
 
 def summarise(method: str, records: list[StepRecord], wall_s: float) -> RunSummary:
-    """Mean accept length tau = new tokens / target forwards (bonus included; plain decoding = 1.0)."""
+    """A run's totals (prefill included) and its τ (`tau`: the prefill left out)."""
     new = sum(len(r.new_tokens) for r in records)
     fwd = sum(r.target_forwards for r in records)
     return RunSummary(
@@ -116,7 +143,7 @@ def summarise(method: str, records: list[StepRecord], wall_s: float) -> RunSumma
         new_tokens=new,
         target_forwards=fwd,
         wall_s=wall_s,
-        mean_accept_length=new / fwd if fwd else 0.0,
+        mean_accept_length=tau(records),
         tokens_per_s=new / wall_s if wall_s > 0 else 0.0,
     )
 
@@ -150,9 +177,11 @@ class Trace:
     version: int = TRACE_VERSION
 
     def to_json(self) -> str:
+        """The trace as JSON; `tau` is derived from the runs for a reader without this code (ignored on load)."""
         return json.dumps({
             "version": self.version,
             "meta": self.meta,
+            "tau": {"definition": TAU_DEFINITION, **{m: round(tau(recs), 4) for m, recs in self.runs.items()}},
             "runs": {m: [r.to_dict() for r in recs] for m, recs in self.runs.items()},
         })
 

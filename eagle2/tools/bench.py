@@ -20,6 +20,7 @@ import torch
 
 from ..config import STATIC_PRESET
 from ..decode.methods import LABELS, OURS, PEERS, STATIC_NODES, Shared, config_for, settings_of
+from ..decode.records import tau_counts
 from ..inputs import whole_arg
 from ..loading import stock_target
 from ..policies import DYNAMIC, HF_GREEDY, STATIC, VANILLA, policy
@@ -64,28 +65,30 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
             run(bundle, encoded[0], replace(cfg_for(m), max_new_tokens=8))
         else:
             _hf(peer, encoded[0], 8, policy(m).lookup)
-    totals = {m: {"tokens": 0, "wall": 0.0, "forwards": 0, "match": 0} for m in methods}
-    per_prompt, per_forwards, per_tokens = [], [], []
+    # "tau": the (tokens, target forwards) that τ counts (`records.tau_counts`), pooled over prompts; None for
+    # transformers' peers, whose forwards are not recorded
+    totals = {m: {"tokens": 0, "wall": 0.0, "tau": (0, 0), "match": 0} for m in methods}
+    per_prompt, per_tau, per_tokens = [], [], []
     for i, ids in enumerate(encoded):
-        outs, fwds = {}, {}
+        outs, counts = {}, {}
         for m in turns(methods, i):
             if m not in PEERS:
                 res = run(bundle, ids, cfg_for(m))
                 toks, wall = res.token_ids, res.wall_s
-                fwd = sum(r.target_forwards for r in res.records)
+                got = tau_counts(res.records)
             else:
                 toks, wall = _hf(peer, ids, max_new, policy(m).lookup)
-                fwd = None
-            outs[m], fwds[m] = toks, fwd
+                got = None
+            outs[m], counts[m] = toks, got
             t = totals[m]
             t["tokens"] += len(toks)
             t["wall"] += wall
-            t["forwards"] = None if fwd is None else t["forwards"] + fwd
+            t["tau"] = None if got is None or t["tau"] is None else (t["tau"][0] + got[0], t["tau"][1] + got[1])
         ref = outs.get(VANILLA, outs.get(HF_GREEDY))
         for m in methods:
             totals[m]["match"] += int(ref is not None and outs[m] == ref)
         per_prompt.append({m: len(outs[m]) for m in methods})
-        per_forwards.append(fwds)
+        per_tau.append(counts)
         per_tokens.append(outs)  # the outputs themselves: runs in other processes can be checked token for token
         progress(f"prompt {i + 1}/{len(encoded)} done")
     base = totals.get(VANILLA)  # no vanilla run: no "x vanilla" column (the hf_greedy column has the peer's)
@@ -96,7 +99,7 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
     for m, t in totals.items():
         tps = t["tokens"] / t["wall"]
         result[m] = {
-            "mean_accept_length": (t["tokens"] / t["forwards"]) if t["forwards"] else None,
+            "mean_accept_length": _ratio(t["tau"]),
             "tokens_per_s": tps,
             "speedup_vs_vanilla": tps / base_tps if base_tps else None,
             "speedup_vs_hf_greedy": tps / hf_tps if hf_tps else None,
@@ -109,7 +112,12 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
              **({"prompt_lookup_num_tokens": HF_LOOKUP_TOKENS} if policy(m).lookup else {})},
         }
     return {"methods": result, "prompts": len(encoded), "max_new_tokens": max_new, "per_prompt": per_prompt,
-            "per_prompt_forwards": per_forwards, "per_prompt_tokens": per_tokens}
+            "per_prompt_tau_counts": per_tau, "per_prompt_tokens": per_tokens}
+
+
+def _ratio(counts: tuple[int, int] | None) -> float | None:
+    """τ from pooled (tokens, target forwards); None when unknown or no step after the prefill ran."""
+    return counts[0] / counts[1] if counts and counts[1] else None
 
 
 def equal_budgets(bundle, prompts: list[str], shared: Shared, progress=print) -> dict:
@@ -156,9 +164,8 @@ def by_category(res: dict, categories: list[str | None]) -> dict[str, dict[str, 
         rows = [i for i, c in enumerate(categories) if (c or "-") == cat]
         out[cat] = {}
         for m in res["methods"]:
-            fwd = [res["per_prompt_forwards"][i][m] for i in rows]
-            toks = sum(res["per_prompt"][i][m] for i in rows)
-            out[cat][m] = None if None in fwd or not sum(fwd) else toks / sum(fwd)
+            counts = [res["per_prompt_tau_counts"][i][m] for i in rows]
+            out[cat][m] = None if None in counts else _ratio(tuple(map(sum, zip(*counts))))
     return out
 
 

@@ -9,6 +9,7 @@ import sys
 from dataclasses import replace
 
 from ..config import DecodeConfig, parse_tree
+from ..decode.records import tau_counts
 from ..policies import policy
 
 TOTALS = (4, 8, 12, 16, 26, 40, 60)  # small trees matter on a CPU, where each verified node costs
@@ -36,14 +37,16 @@ def run_sweep(bundle, prompts: list[str], base: DecodeConfig, totals=TOTALS, dep
     run(bundle, encoded[0], replace(base, method="eagle2", max_new_tokens=8))  # warm-up
 
     def measure(cfg: DecodeConfig) -> tuple[float, float]:
-        tokens = forwards = 0
+        """(tokens/s, τ pooled over the prompts as `records.tau_counts` counts them)."""
+        tokens = tau_tokens = tau_forwards = 0
         wall = 0.0
         for ids in encoded:
             res = run(bundle, ids, cfg)
             tokens += len(res.token_ids)
-            forwards += sum(r.target_forwards for r in res.records)
+            counted = tau_counts(res.records)
+            tau_tokens, tau_forwards = tau_tokens + counted[0], tau_forwards + counted[1]
             wall += res.wall_s
-        return tokens / wall, tokens / forwards
+        return tokens / wall, tau_tokens / tau_forwards if tau_forwards else 0.0
 
     vtps, _ = measure(replace(base, method="vanilla"))
     rows = [{"method": "vanilla", "label": "vanilla", "total_tokens": 1, "depth": 0, "tokens_per_s": vtps,
