@@ -47,6 +47,10 @@ class Node:
     target_token: int | None = None  # target's own choice after this node (greedy), if verified
     target_text: str | None = None
     source: str = "draft"  # who proposed it: "draft" (the head's top-k), "lookup" (prompt lookup only) or "both"
+    # Sampling (temperature > 0), on each child the target tried: the residual's probability of this token at its
+    # turn (after its earlier siblings were rejected) and the uniform draw; accepted exactly when draw < target_prob.
+    target_prob: float | None = None
+    draw: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +70,10 @@ class StepRecord:
     verify_ms: float
     commit_ms: float
     stop: str | None = None         # on a run's last record, why it stopped: "eos", "max_new_tokens" or "stopped"
+    # Sampling: the residual distribution at the node where the path stopped, its likeliest tokens as
+    # (token, text, probability), and the bonus token's probability under it (the bonus is drawn from it).
+    residual_top: tuple[tuple[int, str, float], ...] = ()
+    bonus_prob: float | None = None
 
     @property
     def target_forwards(self) -> int:
@@ -92,6 +100,7 @@ class StepRecord:
         fields = {k: v for k, v in d.items() if k not in ("nodes", "target_forwards")}  # the latter: always 1
         for k in ("accepted", "new_tokens", "new_texts", "new_sources"):
             fields[k] = tuple(fields[k])
+        fields["residual_top"] = tuple((int(t), str(s), float(p)) for t, s, p in fields.get("residual_top", ()))
         return StepRecord(nodes=nodes, **fields)
 
 
@@ -130,7 +139,9 @@ def _check_shape(where: str, d: object, known: frozenset, lists: tuple[str, ...]
     """A record or node from a file: an object with the dataclass's fields (lists where lists belong)."""
     if not isinstance(d, dict):
         raise ValueError(f"malformed step record in trace: {where} is not an object")
-    optional = {"target_forwards", "verdict", "target_token", "target_text", "source", "stop"}
+    # Fields later than the first traces (they load with their defaults).
+    optional = {"target_forwards", "verdict", "target_token", "target_text", "source", "stop", "target_prob", "draw",
+                "residual_top", "bonus_prob"}
     missing, unknown = known - optional - set(d), set(d) - known
     if missing or unknown:
         what = "; ".join(x for x in (f"missing {', '.join(sorted(missing))}" if missing else "",
