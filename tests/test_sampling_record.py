@@ -146,7 +146,8 @@ def test_sampled_numbers_survive_a_trace_and_old_traces_load(sampled):
     for r in d["runs"]["eagle2"]:  # a trace written before these fields existed
         del r["residual_top"], r["bonus_prob"]
         for n in r["nodes"]:
-            del n["target_prob"], n["draw"]
+            for k in ("target_prob", "draw"):
+                n.pop(k, None)
     back = Trace.from_json(json.dumps(d)).runs["eagle2"]
     assert [b.residual_top for b in back] == [()] * len(recs) and all(n.draw is None for b in back for n in b.nodes)
     assert [b.new_tokens for b in back] == [r.new_tokens for r in recs]
@@ -160,3 +161,16 @@ def test_greedy_records_carry_no_sampling_numbers(sampled):
     recs = list(dec.run(PROMPT, replace(CFG, temperature=0.0)))
     assert all(r.residual_top == () and r.bonus_prob is None for r in recs)
     assert all(n.target_prob is None and n.draw is None for r in recs for n in r.nodes)
+
+
+def test_a_greedy_trace_is_written_as_before(sampled):
+    """The sampling fields are left out where empty: a greedy step's JSON has exactly the fields it had before."""
+    _, dec, steps = sampled
+    rec = list(dec.run(PROMPT, replace(CFG, temperature=0.0, max_new_tokens=3)))[1]
+    d = rec.to_dict()
+    assert "residual_top" not in d and "bonus_prob" not in d
+    assert not {"target_prob", "draw"} & {k for n in d["nodes"] for k in n}
+    assert StepRecord.from_dict(d) == rec
+    sampled_d = steps[0][1].to_dict()
+    assert sampled_d["residual_top"] and any("draw" in n for n in sampled_d["nodes"])
+    assert StepRecord.from_dict(sampled_d) == steps[0][1]

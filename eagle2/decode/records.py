@@ -53,6 +53,9 @@ class Node:
     draw: float | None = None
 
 
+_SAMPLED_NODE = ("target_prob", "draw")  # set only on the nodes a sampled step tried
+
+
 @dataclass(frozen=True, slots=True)
 class StepRecord:
     """One decoding step: draft, verify, accept, commit. Step 0 is the prefill (no tree)."""
@@ -92,7 +95,15 @@ class StepRecord:
         return node.parent >= 0 and self.nodes[node.parent].expanded
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Plain data for JSON; the sampling fields only where they hold something, so a greedy trace is as before."""
+        d = asdict(self)
+        for n in d["nodes"]:
+            for k in _SAMPLED_NODE:
+                if n[k] is None:
+                    del n[k]
+        if not self.residual_top:
+            del d["residual_top"], d["bonus_prob"]
+        return d
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "StepRecord":
