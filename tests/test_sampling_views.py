@@ -66,9 +66,10 @@ def test_tree_hover_shows_a_rejected_nodes_probability_draw_and_the_residual():
     h = hovers(tree_figure(SAMPLED))
     assert h[4][-1] == ("<br>target's probability of ␣cat: 0.310<br>draw 0.570 ≥ 0.310 → rejected<br>its "
                         "probability is set to 0 and the rest renormalised")
-    assert "after rejecting ␣a: 0.600" in h[2][-1] and "␣dog 0.420, ␣cow 0.210, ␣hen 0.100" in h[2][-1]
+    assert "after rejecting ␣a: 0.600" in h[2][-1]
+    assert "Its top tokens:<br>␣dog 0.420,<br>␣cow 0.210,<br>␣hen 0.100.<br>Drawn" in h[2][-1]  # one a line: narrow
     assert h[3][-1] == "" and h[0][-1] == ""  # never tried; the root decided nothing here
-    assert "drawn: ␣dog (probability 0.420)" in h["bonus"][-1]
+    assert "Drawn: ␣dog (probability 0.420)." in h["bonus"][-1]
     assert all(c[-1] == "" for c in hovers(tree_figure(GREEDY)).values())
 
 

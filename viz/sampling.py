@@ -51,30 +51,31 @@ def stop_node(record: StepRecord) -> Node:
 
 
 def residual_lines(record: StepRecord, quote: Quote, bonus_text: str | None = None) -> list[str]:
-    """Where the bonus came from, in three lines: the residual at the stopping node, its top tokens, the bonus
-    drawn from it; [] without recorded residual tokens. `bonus_text`: the bonus's text where the top lacks it."""
+    """Where the bonus came from, in short lines that read as sentences joined by spaces (a hover joins them by
+    line breaks): the residual at the stopping node, its top tokens one a line, the bonus drawn from it; [] without
+    recorded residual tokens. `bonus_text`: the bonus's text where the record's top tokens lack it."""
     if not record.residual_top:
         return []
     stop = stop_node(record)
     rejected = [m for m in tried(record, stop.id) if m.verdict != ACCEPTED]
     if rejected:
-        names = ", ".join(quote(m.text) for m in rejected)
-        where = (f"every child of {quote(stop.text)} was rejected, so the bonus is drawn from the residual: the "
-                 f"target's distribution with {names} set to 0, renormalised")
+        where = [f"every child of {quote(stop.text)} was rejected,", "so the bonus is drawn from the residual:",
+                 f"the target's distribution with {', '.join(quote(m.text) for m in rejected)} set to 0,",
+                 "renormalised."]
     else:
-        where = (f"{quote(stop.text)} has no verified child to try, so the bonus is drawn from the target's own "
-                 "distribution there")
-    top = ", ".join(f"{quote(text)} {num(p)}" for _, text, p in record.residual_top)
+        where = [f"{quote(stop.text)} has no verified child to try,",
+                 "so the bonus is drawn from the target's own distribution there."]
+    last = len(record.residual_top) - 1
+    top = [f"{quote(text)} {num(p)}{'.' if i == last else ','}" for i, (_, text, p) in enumerate(record.residual_top)]
     text = {t: s for t, s, _ in record.residual_top}.get(record.bonus_token, bonus_text)
     drawn = quote(text) if text is not None else f"token {record.bonus_token}"
     chance = f" (probability {num(record.bonus_prob)})" if record.bonus_prob is not None else ""
-    return [where, f"its top tokens: {top}", f"drawn: {drawn}{chance}"]
+    return [*where, "Its top tokens:", *top, f"Drawn: {drawn}{chance}."]
 
 
 def residual_sentence(record: StepRecord, quote: Quote, bonus_text: str | None = None) -> str:
     """`residual_lines` as one sentence ('' without them)."""
-    lines = residual_lines(record, quote, bonus_text)
-    return ". ".join(s[0].upper() + s[1:] for s in lines) + "." if lines else ""
+    return " ".join(residual_lines(record, quote, bonus_text))
 
 
 def step_sentences(record: StepRecord, quote: Quote, bonus_text: str | None = None) -> list[str]:

@@ -94,7 +94,7 @@ def sampling_hover(record: StepRecord) -> dict[int, str]:
     lines = residual_lines(record, _quote, bonus[1] if bonus else None)
     if lines:
         stop = stop_node(record).id
-        out[stop] = out.get(stop, "") + "<br><b>residual</b>: " + "<br>".join(lines)
+        out[stop] = out.get(stop, "") + "<br><b>the bonus came from here</b><br>" + "<br>".join(lines)
     return out
 
 
