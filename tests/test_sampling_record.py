@@ -174,3 +174,20 @@ def test_a_greedy_trace_is_written_as_before(sampled):
     sampled_d = steps[0][1].to_dict()
     assert sampled_d["residual_top"] and any("draw" in n for n in sampled_d["nodes"])
     assert StepRecord.from_dict(sampled_d) == steps[0][1]
+
+
+def test_a_trace_with_a_bad_sampling_number_gets_a_message(sampled):
+    """The page formats and compares these numbers: junk in a file is refused at load, naming the field."""
+    _, _, steps = sampled
+    good = json.loads(Trace(meta={}, runs={"eagle2": [steps[0][1]]}).to_json())
+    tried = next(i for i, n in enumerate(good["runs"]["eagle2"][0]["nodes"]) if "draw" in n)
+    for where, junk in ((("nodes", tried, "draw"), "0.5"), (("nodes", tried, "target_prob"), [1]),
+                        (("bonus_prob",), True), (("residual_top",), [[1, "a", "x"]]), (("residual_top",), 7),
+                        (("residual_top",), [[10 ** 400, "a", 0.5]])):
+        d = json.loads(json.dumps(good))
+        at = d["runs"]["eagle2"][0]
+        for k in where[:-1]:
+            at = at[k]
+        at[where[-1]] = junk
+        with pytest.raises(ValueError, match="malformed step record"):
+            Trace.from_json(json.dumps(d))

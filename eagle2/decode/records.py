@@ -56,6 +56,15 @@ class Node:
 _SAMPLED_NODE = ("target_prob", "draw")  # set only on the nodes a sampled step tried
 
 
+def _number(v: Any, name: str, optional: bool = False) -> float | None:
+    """A number read from a trace, as a float (None stays None where `optional`); ValueError naming the field."""
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, int) and abs(v) > 2 ** 53):
+        raise ValueError(f"{name} must be a number, not {shown(v, 40)}")  # 2^53: past it float() rounds or raises
+    return float(v)
+
+
 @dataclass(frozen=True, slots=True)
 class StepRecord:
     """One decoding step: draft, verify, accept, commit. Step 0 is the prefill (no tree)."""
@@ -107,11 +116,14 @@ class StepRecord:
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "StepRecord":
-        nodes = tuple(Node(**n) for n in d["nodes"])
+        nodes = tuple(Node(**{**n, **{k: _number(n.get(k), k, True) for k in _SAMPLED_NODE}}) for n in d["nodes"])
         fields = {k: v for k, v in d.items() if k not in ("nodes", "target_forwards")}  # the latter: always 1
         for k in ("accepted", "new_tokens", "new_texts", "new_sources"):
             fields[k] = tuple(fields[k])
-        fields["residual_top"] = tuple((int(t), str(s), float(p)) for t, s, p in fields.get("residual_top", ()))
+        # The sampling fields are checked here, as the page does arithmetic and formatting on them.
+        fields["residual_top"] = tuple((int(_number(t, "a residual token")), str(s), _number(p, "a residual p"))
+                                       for t, s, p in fields.get("residual_top", ()))
+        fields["bonus_prob"] = _number(fields.get("bonus_prob"), "bonus_prob", True)
         return StepRecord(nodes=nodes, **fields)
 
 
