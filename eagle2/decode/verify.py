@@ -101,7 +101,8 @@ def accept_sampling(parents: list[int], tokens: list[int], logits: torch.Tensor,
             dist = residual / residual.sum()  # (V,)
             bonus = int(torch.multinomial(dist, 1, generator=gen))
             top = dist.topk(min(RESIDUAL_TOP, dist.numel()))
-            shown = [(int(t), float(p)) for t, p in zip(top.indices, top.values) if p > 0]
+            # .tolist(): one copy off the device, not one per number
+            shown = [(t, p) for t, p in zip(top.indices.tolist(), top.values.tolist()) if p > 0]
             return Decision(accepted=path, bonus=bonus, verdicts=verdicts, target_tokens=None, target_probs=ratios,
                             draws=draws, residual_top=shown, bonus_prob=float(dist[bonus]))
         path.append(nxt)
