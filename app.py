@@ -154,7 +154,7 @@ def _live_panel(ui: SimpleNamespace) -> None:
                 ui.trees[m] = gr.Plot(tree_view(Session(), m), show_label=False, elem_id=f"tree-{m}")
                 ui.sliders[m] = gr.Slider(0, 1, value=0, step=1, label=f"{side} panel (by default {LABELS[m]}): step",
                                               elem_id=f"step-{m}")
-                ui.captions[m] = gr.Markdown(elem_classes=["step-caption"])
+                ui.captions[m] = gr.Markdown(elem_classes=["step-caption"], elem_id=f"caption-{m}")
                 ui.texts[m] = gr.HTML(text_view(Session(), m), elem_id=f"text-{m}", elem_classes=["out-text"])
     ui.latest_btn = gr.Button("Show the latest steps", size="sm")
     ui.metrics = gr.Markdown(metrics_markdown(Session()), elem_id="metrics")

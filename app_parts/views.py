@@ -14,9 +14,10 @@ from eagle2.decode.records import ACCEPTED, KEPT, ROOT, TAU_DEFINITION, Node, St
 from eagle2.policies import DYNAMIC, PLAIN
 from eagle2.tools.device_profiles import stored_profiles
 from viz.empty import note_figure
-from viz.labels import counted
-from viz import (accept_length_figure, calibration_figure, cost_figure, metrics_rows, position_heatmap, tokens_html,
-                 tree_figure, tree_size_figure)
+from viz.labels import counted, label_md
+from viz.sampling import step_sentences
+from viz import (accept_length_figure, bonus_entry, calibration_figure, cost_figure, metrics_rows, position_heatmap,
+                 tokens_html, tree_figure, tree_size_figure)
 
 TREE_HEIGHT = 600
 LABELS = {"eagle2": "EAGLE-2 (dynamic tree)", "eagle1": "EAGLE-1 (static tree)", "vanilla": "plain decoding"}
@@ -221,8 +222,13 @@ def step_caption(rec: StepRecord | None, dropped: int = 0) -> str:
     why = {"eos": "the end-of-text token ended the run", "max_new_tokens": "the token limit ended the run"}
     kept = (f"{len(rec.accepted)} accepted + bonus, of which {counted(new, 'new token')} kept ({why[rec.stop]})"
             if cut and rec.stop in why else f"{len(rec.accepted)} accepted + bonus → {counted(new, 'new token')}")
-    return (f"Step {rec.step}: {drafted} drafted, {verified} verified, {kept} · draft {rec.draft_ms:.0f} ms, "
+    said = (f"Step {rec.step}: {drafted} drafted, {verified} verified, {kept} · draft {rec.draft_ms:.0f} ms, "
             f"verify {rec.verify_ms:.0f} ms, commit {rec.commit_ms:.0f} ms{gone}")
+    bonus = bonus_entry(rec)
+    why = step_sentences(rec, label_md, bonus[1] if bonus else None)
+    if why:  # sampling: why each tried child went as it did, and where the bonus came from
+        said += "\n\n**Sampling, sibling by sibling:**\n" + "\n".join(f"- {s}" for s in why)
+    return said
 
 
 def session_caption(session: Session, method: str, step: int | None = None) -> str:

@@ -246,6 +246,51 @@ def test_prompt_lookup_branch_is_drawn_when_ticked(page):
         box.uncheck()
 
 
+def _mark_xy(page, method: str, cls: str) -> list[float] | None:
+    """Where the first mark of a node class (a trace's `meta.nodes`) sits on the screen, from Plotly's own axes."""
+    return page.evaluate("""([m, cls]) => {
+        const gd = document.querySelector(`#tree-${m} .js-plotly-plot`);
+        const t = gd.data.find(d => d.meta && d.meta.nodes === cls);
+        if (!t) return null;
+        const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, r = gd.getBoundingClientRect();
+        return [r.left + xa._offset + xa.l2p(t.x[0]), r.top + ya._offset + ya.l2p(t.y[0])];
+    }""", [method, cls])
+
+
+def test_sampling_shows_why_a_node_was_rejected(page):
+    """At temperature 0.7 a rejected node's hover gives the target's probability of its token and the draw, the
+    step's caption the residual's top tokens the bonus came from; the text still comes out."""
+    _set_number(page, "temperature", 0.7)
+    try:
+        _generate(page, "Write two sentences about autumn leaves.", 32, plain=False)
+        _wait_status(page, "Done.")
+        assert page.locator("#text-eagle2 .tok-text .tok").count() >= 1
+        last = int(page.locator("#step-eagle2 input[type=range]").get_attribute("max"))
+        found = None
+        for step in range(1, last + 1):  # scrub to a step whose tree has a node the target rejected
+            _set_number(page, "step-eagle2", step)
+            page.wait_for_function("s => (document.querySelector('#tree-eagle2 .gtitle')?.textContent || '')"
+                                   ".includes(`step ${s}:`)", arg=step)
+            if "rejected by target" in page.locator("#tree-eagle2 .legendtext").all_text_contents():
+                found = step
+                break
+        assert found, "no EAGLE-2 step had a rejected node"
+        page.wait_for_function("() => (document.querySelector('#caption-eagle2')?.innerText || '')"
+                               ".includes('Its top tokens:')")
+        caption = page.locator("#caption-eagle2").inner_text()
+        assert re.search(r"draw [\d.e-]+ ≥ [\d.e-]+ → rejected", caption), caption
+        page.locator("#tree-eagle2").scroll_into_view_if_needed()
+        x, y = _mark_xy(page, "eagle2", "rejected")
+        page.mouse.move(x, y)
+        page.wait_for_function("() => (document.querySelector('#tree-eagle2 .hoverlayer')?.textContent || '')"
+                               ".includes('draw')")
+        hover = page.locator("#tree-eagle2 .hoverlayer").text_content()
+        assert re.search(r"target's probability of .+: [\d.e-]+", hover), hover
+        assert re.search(r"draw [\d.e-]+ ≥ [\d.e-]+ → rejected", hover), hover
+    finally:
+        _set_number(page, "temperature", 0)
+
+
 def test_three_sessions_queue_and_keep_their_own_runs(page, embedded, monkeypatch):
     """Three isolated browser sessions press Generate together: the decodes run one at a time on the shared
     model, and each page ends with exactly its own prompt's text and trees, also after scrubbing."""

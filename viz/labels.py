@@ -7,6 +7,7 @@ text and hover labels read a subset of HTML).
 from __future__ import annotations
 
 import html
+import re
 
 # Visible stand-ins for characters that would otherwise render as nothing.
 _VISIBLE = {
@@ -39,6 +40,14 @@ def visible_text(text: str, max_len: int = 10) -> str:
 def label_html(text: str, max_len: int = 10) -> str:
     """`visible_text`, HTML-escaped for a Plotly text or hover label."""
     return html.escape(visible_text(text, max_len), quote=False)
+
+
+_MD = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")  # label_html has already made < and & entities
+
+
+def label_md(text: str, max_len: int = 16) -> str:
+    """Token text for markdown: visible, HTML-escaped, markdown characters backslash-escaped, in quotes."""
+    return "“" + _MD.sub(r"\\\1", label_html(text, max_len)) + "”"
 
 
 def counted(n: int, noun: str) -> str:

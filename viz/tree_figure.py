@@ -17,6 +17,7 @@ from eagle2.decode.records import PRUNED, REJECTED, ROOT, UNEXPANDED, Node, Step
 from viz.empty import note_figure
 from viz.labels import label_html, visible_text
 from viz.layout import labels_with_room, tidy_layout
+from viz.sampling import node_sentence, residual_lines, sampled, stop_node
 
 _FADED = (PRUNED, UNEXPANDED)
 # Above this many pruned nodes their labels overlap into a grey smear (top-k 10 over 6 levels drafts 510
@@ -52,7 +53,7 @@ _HOVER = (
     "depth %{customdata[5]}, sibling rank %{customdata[6]}<br>"
     "status %{customdata[7]}, verdict %{customdata[8]}<br>"
     "target's next token: %{customdata[9]}<br>"
-    "proposed by %{customdata[10]}"
+    "proposed by %{customdata[10]}%{customdata[11]}"
     "<extra>node %{customdata[0]}</extra>"
 )
 
@@ -78,14 +79,34 @@ def bonus_entry(record: StepRecord) -> tuple[int, str] | None:
     return None
 
 
-def _customdata(node: Node, unscored: frozenset[int] = frozenset()) -> list:
+def _quote(text: str) -> str:
+    """A token inside a hover sentence."""
+    return label_html(text, 20)
+
+
+def sampling_hover(record: StepRecord) -> dict[int, str]:
+    """Per node id, hover lines with the numbers that decided it under sampling, and at the node where the path
+    stopped the residual the bonus came from (empty for greedy records)."""
+    if not sampled(record):
+        return {}
+    out = {n.id: "<br>" + node_sentence(record, n, _quote, sep="<br>") for n in record.nodes if n.draw is not None}
+    bonus = bonus_entry(record)
+    lines = residual_lines(record, _quote, bonus[1] if bonus else None)
+    if lines:
+        stop = stop_node(record).id
+        out[stop] = out.get(stop, "") + "<br><b>the bonus came from here</b><br>" + "<br>".join(lines)
+    return out
+
+
+def _customdata(node: Node, unscored: frozenset[int] = frozenset(), why: str = "") -> list:
     target = "—"
     if node.target_token is not None:
         shown = label_html(node.target_text, 40) if node.target_text is not None else "?"
         target = f"{shown} ({node.target_token})"
     return [node.id, label_html(node.text, 40), node.token, node.prob, node.score,
             node.depth, node.rank, node.status, node.verdict or "—", target,
-            _SOURCE.get(node.source, node.source) + (" (past the drafted levels: p not scored)" if node.id in unscored else "")]
+            _SOURCE.get(node.source, node.source) + (" (past the drafted levels: p not scored)" if node.id in unscored
+                                                     else ""), why]
 
 
 def _edge_trace(cls: str, segments: list[tuple[tuple[float, float], tuple[float, float]]]) -> go.Scatter:
@@ -122,8 +143,9 @@ def pruned_labels(nodes: list[Node], pos: dict[int, tuple[float, float]], pruned
 
 
 def _node_trace(cls: str, nodes: list[Node], pos: dict[int, tuple[float, float]],
-                unscored: frozenset[int] = frozenset(), labelled_ids: set[int] | None = None) -> go.Scatter:
-    """One class's marks; `labelled_ids`: which of them get a label (None: all)."""
+                unscored: frozenset[int] = frozenset(), labelled_ids: set[int] | None = None,
+                why: dict[int, str] | None = None) -> go.Scatter:
+    """One class's marks; `labelled_ids`: which of them get a label (None: all); `why`: extra hover lines by id."""
     name, symbol, ring, ring_w, opacity, text_colour = _NODE_STYLE[cls]
     labels = [label_html(n.text, 8) if labelled_ids is None or n.id in labelled_ids else "" for n in nodes]
     labelled = any(labels)
@@ -137,7 +159,7 @@ def _node_trace(cls: str, nodes: list[Node], pos: dict[int, tuple[float, float]]
             color=[n.prob for n in nodes], coloraxis="coloraxis",
             line=dict(color=ring, width=ring_w),
         ),
-        customdata=[_customdata(n, unscored) for n in nodes], hovertemplate=_HOVER,
+        customdata=[_customdata(n, unscored, (why or {}).get(n.id, "")) for n in nodes], hovertemplate=_HOVER,
     )
 
 
@@ -151,16 +173,16 @@ def _lookup_trace(nodes: list[Node], pos: dict[int, tuple[float, float]]) -> go.
     )
 
 
-def _bonus_trace(token: int, text: str, xy: tuple[float, float]) -> go.Scatter:
+def _bonus_trace(token: int, text: str, xy: tuple[float, float], drawn: str = "") -> go.Scatter:
     return go.Scatter(
         x=[xy[0]], y=[xy[1]], mode="markers+text", name="bonus (target's token)",
         legendgroup="bonus", meta={"nodes": "bonus"},
         text=[label_html(text, 8)], textposition="bottom center",
         textfont=dict(size=11, color="#a04000"),
         marker=dict(size=22, symbol="star", color=_BONUS_COLOUR, line=dict(color="#a04000", width=1.5)),
-        customdata=[["bonus", label_html(text, 40), token]],
+        customdata=[["bonus", label_html(text, 40), token, drawn]],
         hovertemplate="<b>%{customdata[1]}</b>  token %{customdata[2]}<br>"
-                      "bonus: the target's own token after the accepted path<extra>bonus</extra>",
+                      "bonus: the target's own token after the accepted path%{customdata[3]}<extra>bonus</extra>",
     )
 
 
@@ -228,15 +250,17 @@ def tree_figure(record: StepRecord, title: str = "", show_pruned: bool = True, d
         if segs:
             fig.add_trace(_edge_trace(cls, segs))
     unscored = frozenset(n.id for n in record.nodes[1:] if not record.scored(n))
+    why = sampling_hover(record)
     room = pruned_labels(shown, pos, by_class["pruned"], {bonus_id: bonus[1]} if bonus is not None else None)
     for cls, nodes in by_class.items():
         if nodes:
-            fig.add_trace(_node_trace(cls, nodes, pos, unscored, room if cls == "pruned" else None))
+            fig.add_trace(_node_trace(cls, nodes, pos, unscored, room if cls == "pruned" else None, why))
     looked = [n for n in shown if n.source != "draft"]
     if looked:
         fig.add_trace(_lookup_trace(looked, pos))
     if bonus is not None:
-        fig.add_trace(_bonus_trace(bonus[0], bonus[1], pos[bonus_id]))
+        drawn = residual_lines(record, _quote, bonus[1])
+        fig.add_trace(_bonus_trace(bonus[0], bonus[1], pos[bonus_id], "<br>" + "<br>".join(drawn) if drawn else ""))
 
     _base_layout(fig, title or _auto_title(record, bonus is not None, dropped))
     xs = [p[0] for p in pos.values()]

@@ -14,12 +14,12 @@ import plotly.graph_objects as go
 from eagle2.decode.records import KEPT, PRUNED, REJECTED, ROOT, UNEXPANDED, Node, StepRecord
 from eagle2.policies import policy
 from viz.empty import note_figure
-from viz.labels import counted, label_html
+from viz.labels import counted, label_html, label_md
 from viz.layout import tidy_layout
+from viz.sampling import node_sentence, sampled, step_sentences
 from viz.tree_figure import PRUNED_LABELS_MAX, PRUNED_SLOT, bonus_entry, labels_that_fit, node_class
 
 _FADED = (PRUNED, UNEXPANDED)
-_MD = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")  # label_html has already made < and & entities
 # Node classes: (legend name, symbol, ring colour, ring width, opacity, size).
 _STYLE: dict[str, tuple[str, str, str, float, float, int]] = {
     "root": ("root (last committed)", "square", "#111111", 2.0, 1.0, 18),
@@ -44,7 +44,7 @@ _EDGE_DEFAULT = ("#888888", 1.5, "solid")
 _LABEL_ALWAYS = ("root", "expanding", "skipped", "kept", "accepted", "rejected", "verified")
 _HOVER = ("<b>%{customdata[1]}</b>  token %{customdata[2]}<br>p (local) %{customdata[3]:.3f}<br>"
           "score (cum. log-p) %{customdata[4]:.3f}<br>depth %{customdata[5]}, sibling rank %{customdata[6]}<br>"
-          "status %{customdata[7]}<extra>node %{customdata[0]}</extra>")
+          "status %{customdata[7]}%{customdata[8]}<extra>node %{customdata[0]}</extra>")
 
 
 @dataclass(frozen=True)
@@ -54,11 +54,6 @@ class Stage:
     name: str
     title: str
     text: str
-
-
-def _md(text: str, max_len: int = 16) -> str:
-    """Token text for markdown: visible, HTML-escaped, markdown characters backslash-escaped, in quotes."""
-    return "“" + _MD.sub(r"\\\1", label_html(text, max_len)) + "”"
 
 
 def _p(score: float) -> str:
@@ -135,17 +130,17 @@ class _Tree:
 
 def _drafted(t: _Tree, n: Node) -> str:
     """One expanded node's line: its score and what it drafted."""
-    kids = "; ".join(f"{_md(c.text)} p {c.prob:.3f} score {c.score:.2f}" for c in t.kids[n.id]) or "nothing kept"
-    return f"- **{_md(n.text)}** score {n.score:.2f} (cum. p {_p(n.score)}) drafted: {kids}"
+    kids = "; ".join(f"{label_md(c.text)} p {c.prob:.3f} score {c.score:.2f}" for c in t.kids[n.id]) or "nothing kept"
+    return f"- **{label_md(n.text)}** score {n.score:.2f} (cum. p {_p(n.score)}) drafted: {kids}"
 
 
 def _root_text(t: _Tree) -> str:
     root, kids = t.r.nodes[0], t.kids[t.r.nodes[0].id]
     how = (f"the {len(kids)} children the fixed shape gives the root" if t.static
            else f"its top-{t.k} next tokens")
-    listed = ", ".join(f"{_md(c.text)} (p {c.prob:.3f})" for c in kids)
+    listed = ", ".join(f"{label_md(c.text)} (p {c.prob:.3f})" for c in kids)
     lost = " Pruned nodes were not kept for this step, so only the kept ones are listed." if t.lost else ""
-    return (f"**Root.** The last committed token {_md(root.text)} (token {root.token}) is where this step's "
+    return (f"**Root.** The last committed token {label_md(root.text)} (token {root.token}) is where this step's "
             f"tree hangs. The draft head reads the target's feature for it and drafts {how}: {listed}.{lost}")
 
 
@@ -178,13 +173,13 @@ def _level_text(t: _Tree, d: int) -> str:
     top = {n.id for n in t.at(d - 1)[:t.k]}
     for n in grown:
         if not t.static and d > 1 and n.id not in top and not t.lost:
-            lines.append(f"- {_md(n.text)} is not in the top-{t.k}: it was expanded as the prompt-lookup branch, "
+            lines.append(f"- {label_md(n.text)} is not in the top-{t.k}: it was expanded as the prompt-lookup branch, "
                          "which grows with its level whatever its score")
     cut = t.cutoff(d)
     for n in t.skipped(d):
         why = (f"at or below the {_nth(t.total - 1)} best score drafted so far ({cut:.2f}), so nothing under it could "
                "be kept" if n.score <= cut else "below the expand floor (confidence sizing)")
-        lines.append(f"- skipped {_md(n.text)} score {n.score:.2f} (cum. p {_p(n.score)}): {why}")
+        lines.append(f"- skipped {label_md(n.text)} score {n.score:.2f} (cum. p {_p(n.score)}): {why}")
     if t.lost and not t.static:
         lines.append("\nPruned nodes were not kept for this step (the session bounds its memory): only the kept "
                      "nodes are shown, so the frontier is incomplete.")
@@ -221,17 +216,31 @@ def _verdict_text(t: _Tree) -> str:
     by_id = {n.id: n for n in r.nodes}
     path = [by_id[i] for i in r.accepted if i in by_id]
     last = path[-1] if path else r.nodes[0]
-    said = (f"Accepted path: {' → '.join(_md(n.text) for n in path)} ({counted(len(path), 'drafted token')})." if path
-            else "No drafted token was accepted.")
+    said = (f"Accepted path: {' → '.join(label_md(n.text) for n in path)} ({counted(len(path), 'drafted token')})."
+            if path else "No drafted token was accepted.")
     rejected = [c for c in t.kids[last.id] if c.verdict == REJECTED]
-    if rejected:
-        wanted = _md(last.target_text) if last.target_text is not None else "another token"
-        said += f" First rejected: {_md(rejected[0].text)} (p {rejected[0].prob:.3f}); the target wanted {wanted}."
     bonus = bonus_entry(r)
-    said += (f" Bonus token: {_md(bonus[1])}, the target's own." if bonus
+    if sampled(r):  # sampling: the recorded numbers, sibling by sibling, say why (see viz/sampling.py)
+        steps = "\n".join(f"- {s}" for s in step_sentences(r, label_md, bonus[1] if bonus else None))
+        cut = "" if bonus else "The output ended (end of text or the token limit) before the bonus. "
+        return (f"**Verdict (sampling).** The target checks the {len(r.verified)} kept nodes (root included) in one "
+                f"forward, then tries each accepted node's children in turn against its residual distribution: a "
+                f"child is accepted when a uniform draw falls below the residual's probability of its token. {said}"
+                f"\n\n{steps}\n\n{cut}The output is distributed exactly as the target's own sampling would give "
+                f"it. This step committed {counted(len(r.new_tokens), 'new token')}.")
+    if rejected:
+        wanted = label_md(last.target_text) if last.target_text is not None else "another token"
+        said += f" First rejected: {label_md(rejected[0].text)} (p {rejected[0].prob:.3f}); the target wanted {wanted}."
+    said += (f" Bonus token: {label_md(bonus[1])}, the target's own." if bonus
              else " The output ended (end of text or the token limit) before a bonus token.")
     return (f"**Verdict.** The target checks the {len(r.verified)} kept nodes (root included) in one forward. "
             f"{said} This step committed {counted(len(r.new_tokens), 'new token')}.")
+
+
+def _why(record: StepRecord, node: Node) -> str:
+    """A hover line: the numbers that decided a node under sampling ('' otherwise)."""
+    said = node_sentence(record, node, lambda text: label_html(text, 20), sep="<br>")
+    return f"<br>{said}" if said else ""
 
 
 def _label(record: StepRecord | None, method_label: str) -> str:
@@ -366,8 +375,8 @@ def unfold_figure(record: StepRecord | None, stage: str, method_label: str = "")
             textfont=dict(size=11, color="#9e9e9e" if opacity < 0.5 else "#111111"),
             marker=dict(size=size, symbol=symbol, opacity=opacity, color=[n.prob for n in nodes],
                         coloraxis="coloraxis", line=dict(color=ring, width=ring_w)),
-            customdata=[[n.id, label_html(n.text, 40), n.token, n.prob, n.score, n.depth, n.rank, n.status]
-                        for n in nodes], hovertemplate=_HOVER))
+            customdata=[[n.id, label_html(n.text, 40), n.token, n.prob, n.score, n.depth, n.rank, n.status,
+                         _why(record, n) if kind == "verdict" else ""] for n in nodes], hovertemplate=_HOVER))
     if bonus is not None:
         traces.append(go.Scatter(
             x=[pos[bonus_id][0]], y=[pos[bonus_id][1]], mode="markers+text", name="bonus (target's token)",

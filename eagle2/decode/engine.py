@@ -280,12 +280,17 @@ class Decoder:
             j = pos.get(i)
             status = ROOT if i == 0 else KEPT if j is not None else PRUNED if c.expanded else UNEXPANDED
             tt = decision.target_tokens[j] if (j is not None and decision.target_tokens) else None
+            tp = decision.target_probs[j] if (j is not None and decision.target_probs) else None
+            draw = decision.draws[j] if (j is not None and decision.draws) else None
             nodes.append(Node(id=i, parent=c.parent, token=c.token, text=text(c.token), depth=c.depth, rank=c.rank,
                               prob=math.exp(c.logp) if i else 1.0, score=c.score, status=status, expanded=c.expanded,
                               verdict=decision.verdicts[j] if j is not None else None, target_token=tt,
-                              target_text=text(tt) if tt is not None else None, source=c.source))
+                              target_text=text(tt) if tt is not None else None, source=c.source, target_prob=tp,
+                              draw=draw))
         sources = (["draft"] * len(decision.accepted) + ["target"])[:len(new)]  # accepted drafts, then the bonus
         return StepRecord(step=step, method=cfg.method, prefix_len=prefix_len, nodes=tuple(nodes),
                           accepted=tuple(kept[j] for j in decision.accepted), bonus_token=decision.bonus,
                           new_tokens=tuple(new), new_texts=tuple(text(t) for t in new), new_sources=tuple(sources),
-                          draft_ms=times[0] * 1e3, verify_ms=times[1] * 1e3, commit_ms=times[2] * 1e3, stop=stop)
+                          draft_ms=times[0] * 1e3, verify_ms=times[1] * 1e3, commit_ms=times[2] * 1e3, stop=stop,
+                          residual_top=tuple((t, text(t), p) for t, p in decision.residual_top),
+                          bonus_prob=decision.bonus_prob)

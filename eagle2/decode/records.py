@@ -48,6 +48,22 @@ class Node:
     target_token: int | None = None  # target's own choice after this node (greedy), if verified
     target_text: str | None = None
     source: str = "draft"  # who proposed it: "draft" (the head's top-k), "lookup" (prompt lookup only) or "both"
+    # Sampling (temperature > 0), on each child the target tried: the residual's probability of this token at its
+    # turn (after its earlier siblings were rejected) and the uniform draw; accepted exactly when draw < target_prob.
+    target_prob: float | None = None
+    draw: float | None = None
+
+
+_SAMPLED_NODE = ("target_prob", "draw")  # set only on the nodes a sampled step tried
+
+
+def _number(v: Any, name: str, optional: bool = False) -> float | None:
+    """A number read from a trace, as a float (None stays None where `optional`); ValueError naming the field."""
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, int) and abs(v) > 2 ** 53):
+        raise ValueError(f"{name} must be a number, not {shown(v, 40)}")  # 2^53: past it float() rounds or raises
+    return float(v)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +83,10 @@ class StepRecord:
     verify_ms: float
     commit_ms: float
     stop: str | None = None         # on a run's last record, why it stopped: "eos", "max_new_tokens" or "stopped"
+    # Sampling: the residual distribution at the node where the path stopped, its likeliest tokens as
+    # (token, text, probability), and the bonus token's probability under it (the bonus is drawn from it).
+    residual_top: tuple[tuple[int, str, float], ...] = ()
+    bonus_prob: float | None = None
 
     @property
     def target_forwards(self) -> int:
@@ -85,14 +105,26 @@ class StepRecord:
         return node.parent >= 0 and self.nodes[node.parent].expanded
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Plain data for JSON; the sampling fields only where they hold something, so a greedy trace is as before."""
+        d = asdict(self)
+        for n in d["nodes"]:
+            for k in _SAMPLED_NODE:
+                if n[k] is None:
+                    del n[k]
+        if not self.residual_top:
+            del d["residual_top"], d["bonus_prob"]
+        return d
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "StepRecord":
-        nodes = tuple(Node(**n) for n in d["nodes"])
+        nodes = tuple(Node(**{**n, **{k: _number(n.get(k), k, True) for k in _SAMPLED_NODE}}) for n in d["nodes"])
         fields = {k: v for k, v in d.items() if k not in ("nodes", "target_forwards")}  # the latter: always 1
         for k in ("accepted", "new_tokens", "new_texts", "new_sources"):
             fields[k] = tuple(fields[k])
+        # The sampling fields are checked here, as the page does arithmetic and formatting on them.
+        fields["residual_top"] = tuple((int(_number(t, "a residual token")), str(s), _number(p, "a residual p"))
+                                       for t, s, p in fields.get("residual_top", ()))
+        fields["bonus_prob"] = _number(fields.get("bonus_prob"), "bonus_prob", True)
         return StepRecord(nodes=nodes, **fields)
 
 
@@ -157,7 +189,9 @@ def _check_shape(where: str, d: object, known: frozenset, lists: tuple[str, ...]
     """A record or node from a file: an object with the dataclass's fields (lists where lists belong)."""
     if not isinstance(d, dict):
         raise ValueError(f"malformed step record in trace: {where} is not an object")
-    optional = {"target_forwards", "verdict", "target_token", "target_text", "source", "stop"}
+    # Fields later than the first traces (they load with their defaults).
+    optional = {"target_forwards", "verdict", "target_token", "target_text", "source", "stop", "target_prob", "draw",
+                "residual_top", "bonus_prob"}
     missing, unknown = known - optional - set(d), set(d) - known
     if missing or unknown:
         what = "; ".join(x for x in (f"missing {', '.join(sorted(missing))}" if missing else "",

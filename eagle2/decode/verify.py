@@ -8,7 +8,7 @@ so this is speculative sampling with a point-mass proposal: the output is distri
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -34,6 +34,14 @@ class Decision:
     bonus: int                  # token the target adds after the last accepted node
     verdicts: list[str | None]  # per tree index (root first)
     target_tokens: list[int] | None  # greedy: target argmax after each tree node
+    # Sampling only: per tree index, the numbers that decided a tried child (None where none was tried).
+    target_probs: list[float | None] | None = None  # r(x) / sum(r): the residual's probability of its token
+    draws: list[float | None] | None = None         # u: accepted when u < that probability
+    residual_top: list[tuple[int, float]] = field(default_factory=list)  # stopping node's residual, likeliest first
+    bonus_prob: float | None = None                 # the residual's probability of the bonus token
+
+
+RESIDUAL_TOP = 5  # residual tokens kept per step for the page: enough to see where the bonus came from
 
 
 def _children(parents: list[int]) -> list[list[int]]:
@@ -70,6 +78,8 @@ def accept_sampling(parents: list[int], tokens: list[int], logits: torch.Tensor,
     kids = _children(parents)
     verdicts: list[str | None] = [UNREACHED] * len(parents)
     verdicts[0] = ACCEPTED
+    ratios: list[float | None] = [None] * len(parents)
+    draws: list[float | None] = [None] * len(parents)
     path, cur = [], 0
     while True:
         residual = probs[cur].clone()
@@ -78,6 +88,9 @@ def accept_sampling(parents: list[int], tokens: list[int], logits: torch.Tensor,
             x = tokens[c]
             total = residual.sum()
             u = torch.rand((), generator=gen, device=residual.device)
+            # Kept for the page: the same comparison read as u < r(x)/sum(r); the rule below is left untouched
+            # so a seed's output does not change.
+            ratios[c], draws[c] = float(residual[x] / total) if total > 0 else 0.0, float(u)
             if total > 0 and u * total < residual[x]:  # accept with probability r(x) / sum(r)
                 verdicts[c] = ACCEPTED
                 nxt = c
@@ -85,8 +98,13 @@ def accept_sampling(parents: list[int], tokens: list[int], logits: torch.Tensor,
             verdicts[c] = REJECTED
             residual[x] = 0.0
         if nxt is None:
-            bonus = int(torch.multinomial(residual / residual.sum(), 1, generator=gen))
-            return Decision(accepted=path, bonus=bonus, verdicts=verdicts, target_tokens=None)
+            dist = residual / residual.sum()  # (V,)
+            bonus = int(torch.multinomial(dist, 1, generator=gen))
+            top = dist.topk(min(RESIDUAL_TOP, dist.numel()))
+            # .tolist(): one copy off the device, not one per number
+            shown = [(t, p) for t, p in zip(top.indices.tolist(), top.values.tolist()) if p > 0]
+            return Decision(accepted=path, bonus=bonus, verdicts=verdicts, target_tokens=None, target_probs=ratios,
+                            draws=draws, residual_top=shown, bonus_prob=float(dist[bonus]))
         path.append(nxt)
         cur = nxt
 
