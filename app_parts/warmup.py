@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # type hints only: this module is handed the cache, it does n
 log = logging.getLogger(__name__)
 POLL_S = 1.0  # a waiting Generate's status line counts the seconds: it changes, so the page shows it is alive
 Progress = Callable[[float, str], None]
-Step = tuple[str, Callable[[], object]]  # (what the step makes, as a noun phrase; the work)
+Step = tuple[str, str, Callable[[], object]]  # (the step as a noun phrase, what it does, the work)
 PREPARING = "Preparing at server start: "  # how the page's status line begins while it shows `page_status`
 
 
@@ -52,7 +52,7 @@ class Preparation:
 
     def _run(self) -> None:
         try:
-            for i, (_, work) in enumerate(self.steps):
+            for i, (_, _, work) in enumerate(self.steps):
                 self.index = i
                 work()
             print(f"eagle2: prepared at server start in {self.clock() - self.started:.0f} s", file=sys.stderr,
@@ -72,7 +72,7 @@ class Preparation:
 
     def left(self) -> list[str]:
         """The steps not finished yet, the running one first."""
-        return [what for what, _ in self.steps[max(self.index, 0):]]
+        return [name for name, _, _ in self.steps[max(self.index, 0):]]
 
     def wait(self, progress: Progress | None = None) -> None:
         """Return once every step has ended (at once when called from a step itself), saying on `progress` what is
@@ -89,9 +89,9 @@ class Preparation:
         left = self.left()
         if not left:
             return "Waiting for the server's preparation to finish…"
-        then = f"; then {_and(left[1:])}" if left[1:] else "; the last step"
-        return (f"Waiting for {left[0]} (started at server start, {self.clock() - self.started:.0f} s ago{then}). "
-                "It runs once; every Generate after it starts at once…")
+        then = f"then {_and(left[1:])}" if left[1:] else "the last step"
+        return (f"Waiting for {left[0]} (started at server start, {self.clock() - self.started:.0f} s ago; {then}); "
+                "this Generate runs as soon as it is done…")
 
 
 def _and(items: list[str]) -> str:
@@ -110,10 +110,11 @@ def page_status(prep: Preparation | None, shown: str, busy: bool = False) -> tup
     if busy or not ours:
         return None, not prep.done.is_set()
     if not prep.done.is_set():
-        step, n = prep.step, len(prep.steps)
-        if step is None:
+        i, n = prep.index, len(prep.steps)
+        if not 0 <= i < n:
             return f"{PREPARING}starting… A Generate pressed now waits only for what is left.", True
-        return (f"{PREPARING}{step} (step {prep.index + 1} of {n}, "
+        name, what, _ = prep.steps[i]
+        return (f"{PREPARING}{name}, {what} (step {i + 1} of {n}, "
                 f"{prep.clock() - prep.started:.0f} s so far). A Generate pressed now waits only for what is "
                 "left.", True)
     if prep.error:
@@ -140,12 +141,11 @@ def steps_for(cache: BundleCache, preset: ModelPreset) -> list[Step]:
     def profile() -> None:
         cache.profile(preset, cache.get(preset))
 
-    return [("the model conversion (the GGUF dequantised into the cache; the row kernel builds meanwhile)", convert),
-            ("the row kernel build", build),
-            ("the model load (its four-bit weights recoded for the row kernel, each method warmed up once)",
+    return [("the model conversion", "the GGUF dequantised into the cache; the row kernel builds meanwhile", convert),
+            ("the row kernel build", "compiled once per machine", build),
+            ("the model load", "its four-bit weights recoded for the row kernel, each method warmed up once",
              lambda: cache.get(preset)),
-            ("the machine profile (the fastest tree size here, measured once per machine)", profile)]
-
+            ("the machine profile", "the fastest tree size here, measured once per machine", profile)]
 
 def start(cache: BundleCache, preset: ModelPreset) -> Preparation | None:
     """Prepare `preset` in the background through `cache`, which then makes its callers wait for it; None (and

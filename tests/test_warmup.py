@@ -45,7 +45,8 @@ def loads(monkeypatch):
 def _prepare(cache: BundleCache, gate: threading.Event, preset: ModelPreset = PRESET,
              clock=None) -> warmup.Preparation:
     """The server's steps, the first a slow conversion that ends when `gate` opens."""
-    steps = [("the model conversion", lambda: gate.wait(10)), ("the model load", lambda: cache.get(preset))]
+    steps = [("the model conversion", "the GGUF dequantised", lambda: gate.wait(10)),
+             ("the model load", "weights recoded", lambda: cache.get(preset))]
     prep = warmup.Preparation(steps, **({"clock": clock} if clock else {}))
     cache.preparation = prep
     return prep.start()
@@ -77,7 +78,7 @@ def test_a_generate_meanwhile_waits_for_the_step_left_and_does_not_load_again(lo
     assert said[0].startswith("Waiting for the model conversion (started at server start")
     assert "then the model load" in said[0]
     line, again = warmup.page_status(prep, "Ready.")
-    assert line.startswith(warmup.PREPARING + "the model conversion (step 1 of 2") and again
+    assert line.startswith(warmup.PREPARING + "the model conversion, the GGUF dequantised (step 1 of 2") and again
     gate.set()
     waiter.join(5)
     assert not waiter.is_alive() and prep.done.is_set() and prep.error is None
@@ -94,8 +95,10 @@ def test_the_page_status_names_the_running_step_and_leaves_a_runs_line_alone(loa
         prep.done.wait(0.01)
     clock.now += 12
     line, again = warmup.page_status(prep, "Ready.")
-    assert line == (warmup.PREPARING + "the model conversion (step 1 of 2, 12 s so far). A Generate pressed now "
-                                       "waits only for what is left.") and again
+    assert line == (warmup.PREPARING + "the model conversion, the GGUF dequantised (step 1 of 2, 12 s so far). A "
+                                       "Generate pressed now waits only for what is left.") and again
+    assert prep.waiting_line() == ("Waiting for the model conversion (started at server start, 12 s ago; then the "
+                                   "model load); this Generate runs as soon as it is done…")
     assert warmup.page_status(prep, line, busy=True) == (None, True)  # this visitor's Generate owns the line
     assert warmup.page_status(prep, "Live pass…") == (None, True)
     assert model_info(PRESET, cache).endswith("Loading now, prepared at server start.")
@@ -112,7 +115,7 @@ def test_a_failed_preparation_is_logged_and_the_generate_retries_and_says_why(lo
     prep.done.wait(5)
     assert prep.error == "the model load failed (RuntimeError: could not load “b”: disk full)"
     assert "preparing at server start failed" in caplog.text  # in the server's log, with its traceback
-    line, again = warmup.page_status(prep, warmup.PREPARING + "the model load (step 2 of 2, 1 s so far).")
+    line, again = warmup.page_status(prep, warmup.PREPARING + "the model load, weights recoded (step 2 of 2).")
     assert line.startswith("⚠ Preparing at server start: the model load failed") and not again
     with pytest.raises(RuntimeError, match="could not load “b”: disk full"):
         cache.get(broken)  # the Generate's own try
