@@ -573,8 +573,9 @@ def calm_queue(demo: gr.Blocks) -> gr.Blocks:
 
 if __name__ == "__main__":
     # the model, the row kernel and the machine profile are prepared while the page is served, not during a
-    # visitor's first Generate (which waits only for what is left): app_parts/warmup.py
-    warmup.start(CACHE, next(iter(load_presets().values())))
+    # visitor's first Generate (which waits only for what is left): app_parts/warmup.py. On ZeroGPU the GPU exists
+    # only inside a Generate's slot, so there only the files are made ahead (the conversion and the kernel).
+    warmup.start(CACHE, next(iter(load_presets().values())), load=spaces is None)
     calm_queue(build_demo().queue(default_concurrency_limit=1)).launch(
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), **launch_options())

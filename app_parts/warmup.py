@@ -123,10 +123,10 @@ def page_status(prep: Preparation | None, shown: str, busy: bool = False) -> tup
     return "Ready.", False
 
 
-def steps_for(cache: BundleCache, preset: ModelPreset) -> list[Step]:
+def steps_for(cache: BundleCache, preset: ModelPreset, load: bool = True) -> list[Step]:
     """A first Generate's preparation for `preset`, step by step: the conversion (the row kernel builds meanwhile,
-    on the other core), the kernel, the load (recode and warm-up) and the profile, each through the code and the
-    cache a Generate uses."""
+    on the other core), the kernel, and with `load` the load (recode and warm-up) and the profile, each through the
+    code and the cache a Generate uses."""
     from eagle2.loading import prepare_kernels, resolve_model
 
     kernel: dict[str, threading.Thread] = {}
@@ -141,19 +141,23 @@ def steps_for(cache: BundleCache, preset: ModelPreset) -> list[Step]:
     def profile() -> None:
         cache.profile(preset, cache.get(preset))
 
-    return [("the model conversion", "the GGUF dequantised into the cache; the row kernel builds meanwhile", convert),
-            ("the row kernel build", "compiled once per machine", build),
-            ("the model load", "its four-bit weights recoded for the row kernel, each method warmed up once",
-             lambda: cache.get(preset)),
-            ("the machine profile", "the fastest tree size here, measured once per machine", profile)]
+    steps = [("the model conversion", "the GGUF dequantised into the cache; the row kernel builds meanwhile", convert),
+             ("the row kernel build", "compiled once per machine", build)]
+    if load:
+        steps += [("the model load", "its four-bit weights recoded for the row kernel, each method warmed up once",
+                   lambda: cache.get(preset)),
+                  ("the machine profile", "the fastest tree size here, measured once per machine", profile)]
+    return steps
 
-def start(cache: BundleCache, preset: ModelPreset) -> Preparation | None:
+
+def start(cache: BundleCache, preset: ModelPreset, load: bool = True) -> Preparation | None:
     """Prepare `preset` in the background through `cache`, which then makes its callers wait for it; None (and
-    nothing started) when this machine cannot run the preset."""
+    nothing started) when this machine cannot run the preset. `load=False`: the files only (the conversion and
+    the kernel), for a host where the model must load inside a GPU slot."""
     from app_parts.presets import unavailable_reason
 
     if unavailable_reason(preset):
         return None
-    prep = Preparation(steps_for(cache, preset))
+    prep = Preparation(steps_for(cache, preset, load))
     cache.preparation = prep
     return prep.start()

@@ -145,3 +145,33 @@ def test_generate_shows_the_wait_on_its_status_line(loads, monkeypatch):
             gate.set()
     assert any(s.startswith("Waiting for the model conversion (started at server start") for s in statuses)
     assert statuses[-1] == "⚠ the end of the test" and calls == ["m"]
+
+
+def test_the_server_prepares_what_a_first_generate_would_in_that_order(monkeypatch):
+    import eagle2.loading as loading
+
+    done: list[str] = []
+
+    class Kernel:
+        def join(self) -> None:
+            done.append("kernel")
+
+    class Cache:
+        preparation = None
+
+        def get(self, preset):
+            done.append("load")
+            return "bundle"
+
+        def profile(self, preset, bundle):
+            done.append(f"profile of {bundle}")
+
+    monkeypatch.setattr(loading, "prepare_kernels", lambda: done.append("kernel started") or Kernel())
+    monkeypatch.setattr(loading, "resolve_model", lambda model: done.append(f"convert {model}"))
+    for load, want in ((True, ["kernel started", "convert m", "kernel", "load", "load", "profile of bundle"]),
+                       (False, ["kernel started", "convert m", "kernel"])):
+        done.clear()
+        cache = Cache()
+        prep = warmup.start(cache, PRESET, load=load)
+        assert cache.preparation is prep and prep.done.wait(5) and prep.error is None
+        assert done == want and len(prep.steps) == (4 if load else 2)
