@@ -320,7 +320,7 @@ def _on_load(ui: SimpleNamespace) -> Callable:
         out: dict = {ui.info: model_info(load_presets()[preset_name], CACHE)}
         query = dict(request.query_params) if request is not None else {}
         if not query:
-            line, _ = warmup.page_status(CACHE.preparation, "Ready.")
+            line, _ = warmup.page_status(CACHE.preparation, "Ready.", loaded=_any_loaded())
             if line is not None:
                 out[ui.status] = line
             return out
@@ -469,12 +469,17 @@ def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     demo.unload(_forget_visitor(demo, ui))
 
 
+def _any_loaded() -> bool:
+    """Whether a model is loaded (a failed preparation at start is then no longer news)."""
+    return any(CACHE.loaded(name) is not None for name in load_presets())
+
+
 def _wire_preparation(ui: SimpleNamespace) -> None:
     """Each second while the server prepares at start: the step on the status line (unless a run owns the line),
     and the model line once loaded; the timer stops when the preparation has ended."""
     def tick(shown: str | None, control: RunControl, preset_name: str) -> dict:
         busy = isinstance(control, RunControl) and (control.running or control.waiting > 0)
-        line, again = warmup.page_status(CACHE.preparation, shown or "", busy)
+        line, again = warmup.page_status(CACHE.preparation, shown or "", busy, _any_loaded())
         out: dict = {ui.status: line if line is not None else gr.skip(), ui.prep_timer: gr.Timer(active=again)}
         preset = load_presets().get(preset_name)
         out[ui.info] = model_info(preset, CACHE) if preset is not None and not again else gr.skip()

@@ -98,12 +98,14 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def page_status(prep: Preparation | None, shown: str, busy: bool = False) -> tuple[str | None, bool]:
+def page_status(prep: Preparation | None, shown: str, busy: bool = False,
+                loaded: bool = False) -> tuple[str | None, bool]:
     """What the page's status line should say now, and whether to look again in a second.
 
     (None, _) leaves the line alone: nothing is being prepared, or the line is someone else's (a Generate's
     progress, a link's note), or this visitor's Generate is waiting or running (`busy`). Only a line this function
-    wrote, or the page's opening "Ready.", is replaced."""
+    wrote, or the page's opening "Ready.", is replaced. A failed preparation is reported until a model is
+    `loaded` after all (a Generate's own try succeeded)."""
     if prep is None:
         return None, False
     ours = shown.startswith(PREPARING) or shown == "Ready."
@@ -117,7 +119,7 @@ def page_status(prep: Preparation | None, shown: str, busy: bool = False) -> tup
         return (f"{PREPARING}{name}, {what} (step {i + 1} of {n}, "
                 f"{prep.clock() - prep.started:.0f} s so far). A Generate pressed now waits only for what is "
                 "left.", True)
-    if prep.error:
+    if prep.error and not loaded:
         return (f"⚠ Preparing at server start: {prep.error}. A Generate tries again and says what went wrong.",
                 False)
     return "Ready.", False

@@ -117,6 +117,7 @@ def test_a_failed_preparation_is_logged_and_the_generate_retries_and_says_why(lo
     assert "preparing at server start failed" in caplog.text  # in the server's log, with its traceback
     line, again = warmup.page_status(prep, warmup.PREPARING + "the model load, weights recoded (step 2 of 2).")
     assert line.startswith("⚠ Preparing at server start: the model load failed") and not again
+    assert warmup.page_status(prep, "Ready.", loaded=True) == ("Ready.", False)  # a later Generate loaded it
     with pytest.raises(RuntimeError, match="could not load “b”: disk full"):
         cache.get(broken)  # the Generate's own try
     assert calls == ["broken", "broken"]
