@@ -541,7 +541,8 @@ def _forget_visitor(demo: gr.Blocks, ui: SimpleNamespace):
 
 
 def build_demo() -> gr.Blocks:
-    """The whole page; nothing is loaded until the first Generate."""
+    """The whole page; building it loads nothing (a served page's model is prepared by `__main__`, below, or on
+    the first Generate)."""
     warm_up()
     ui = SimpleNamespace()
     with gr.Blocks(title="EAGLE-2 draft trees", fill_width=True) as demo:

@@ -123,7 +123,7 @@ def model_info(preset: ModelPreset, cache: "BundleCache") -> str:
     if bundle is not None:
         return in_use(bundle)
     if cache.preparing():
-        return describe_preset(preset) + " Loading now, prepared at server start."
+        return describe_preset(preset) + " Being prepared at server start."
     return describe_preset(preset) + " Loads on the first Generate."
 
 

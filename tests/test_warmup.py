@@ -101,7 +101,7 @@ def test_the_page_status_names_the_running_step_and_leaves_a_runs_line_alone(loa
                                    "model load); this Generate runs as soon as it is done…")
     assert warmup.page_status(prep, line, busy=True) == (None, True)  # this visitor's Generate owns the line
     assert warmup.page_status(prep, "Live pass…") == (None, True)
-    assert model_info(PRESET, cache).endswith("Loading now, prepared at server start.")
+    assert model_info(PRESET, cache).endswith("Being prepared at server start.")
     gate.set()
     prep.done.wait(5)
     assert warmup.page_status(prep, "Done. 3 steps.") == (None, False) and calls == ["m"]
