@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--no-first-run"]
-STATUS = "document.querySelector('#status')?.innerText || ''"
+# the status line's text (its markdown: the progress tracker beside it holds a timer's text, invisible or not)
+STATUS = "document.querySelector('#status [data-testid=markdown]')?.innerText || ''"
 
 
 def _load() -> str:

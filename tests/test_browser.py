@@ -374,7 +374,7 @@ def test_a_server_still_preparing_says_which_step_and_a_generate_waits_for_it(pa
             visitor.get_by_role("radio", name="my settings below").check()  # no machine profile to measure in this test
             _generate(visitor, "Say hello.", 4, plain=False)
             _wait_status(visitor, "Waiting for the model conversion (started at server start", 60_000)
-            assert _status(watcher).startswith(warmup.PREPARING)
+            _wait_status(watcher, warmup.PREPARING, 60_000)  # still preparing: this page's line is unchanged
             gate.set()
             _wait_status(visitor, "Done.")
             _wait_status(watcher, "Ready.", 60_000)
