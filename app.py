@@ -18,7 +18,7 @@ from typing import Any
 
 import gradio as gr
 
-from app_parts import actions, playback, workload
+from app_parts import actions, playback, warmup, workload
 from app_parts.link import LINKED, link_query, read_link
 from app_parts.presets import CACHE, ModelPreset, default_sizing, load_presets, model_info, page_token_limit
 from app_parts.runner import Update, generate
@@ -28,7 +28,7 @@ from app_parts.settings import (CUSTOM, CUT, MAX_PROMPT_CHARS, PAGE_MAX_NEW, PAN
 from app_parts.views import LABELS, analysis_views, metrics_markdown, text_view, tree_view, warm_up
 from eagle2.config import ASSETS, LIMITS, DecodeConfig
 from eagle2.policies import DYNAMIC, STATIC
-from eagle2.loading import Bundle, prepare_kernels
+from eagle2.loading import Bundle
 
 try:  # ZeroGPU on Hugging Face Spaces; a plain CPU or GPU machine has no `spaces` package
     import spaces
@@ -82,6 +82,8 @@ def _controls(ui: SimpleNamespace) -> None:
         ui.run_btn = gr.Button("Generate", variant="primary", elem_id="generate")
         ui.stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
     ui.status = gr.Markdown("Ready.", elem_id="status")
+    # while the server prepares the model at start, the status line says which step it is on (app_parts/warmup.py)
+    ui.prep_timer = gr.Timer(1.0, active=CACHE.preparing())
     examples = load_examples()
     gr.Examples([[e["prompt"]] for e in examples], inputs=[r["prompt"]], label="Examples",
                 example_labels=[f"{e['kind']}: {e['prompt'][:38]}…" for e in examples])
@@ -337,6 +339,9 @@ def _on_load(ui: SimpleNamespace) -> Callable:
         out: dict = {ui.info: model_info(load_presets()[preset_name], CACHE)}
         query = dict(request.query_params) if request is not None else {}
         if not query:
+            line, _ = warmup.page_status(CACHE.preparation, "Ready.", loaded=_any_loaded())
+            if line is not None:
+                out[ui.status] = line
             return out
         kept, ignored = read_link(query, RunRequest(prompt="", preset=preset_name))
         if kept:
@@ -487,7 +492,28 @@ def _wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     _wire_workload(ui)
     r["preset"].change(lambda name: model_info(load_presets()[name], CACHE), r["preset"], ui.info, api_name=False)
     demo.load(_on_load(ui), r["preset"], [ui.info, ui.status, *r.values()], api_name=False)
+    _wire_preparation(ui)
     demo.unload(_forget_visitor(demo, ui))
+
+
+def _any_loaded() -> bool:
+    """Whether a model is loaded (a failed preparation at start is then no longer news)."""
+    return any(CACHE.loaded(name) is not None for name in load_presets())
+
+
+def _wire_preparation(ui: SimpleNamespace) -> None:
+    """Each second while the server prepares at start: the step on the status line (unless a run owns the line),
+    and the model line once loaded; the timer stops when the preparation has ended."""
+    def tick(shown: str | None, control: RunControl, preset_name: str) -> dict:
+        busy = isinstance(control, RunControl) and (control.running or control.waiting > 0)
+        line, again = warmup.page_status(CACHE.preparation, shown or "", busy, _any_loaded())
+        out: dict = {ui.status: line if line is not None else gr.skip(), ui.prep_timer: gr.Timer(active=again)}
+        preset = load_presets().get(preset_name)
+        out[ui.info] = model_info(preset, CACHE) if preset is not None and not again else gr.skip()
+        return out
+
+    ui.prep_timer.tick(tick, [ui.status, ui.control, ui.req["preset"]], [ui.status, ui.prep_timer, ui.info],
+                       api_name=False, show_progress="hidden", concurrency_limit=None)
 
 
 def _wire_workload(ui: SimpleNamespace) -> None:
@@ -542,7 +568,8 @@ def _forget_visitor(demo: gr.Blocks, ui: SimpleNamespace):
 
 
 def build_demo() -> gr.Blocks:
-    """The whole page; nothing is loaded until the first Generate."""
+    """The whole page; building it loads nothing (a served page's model is prepared by `__main__`, below, or on
+    the first Generate)."""
     warm_up()
     ui = SimpleNamespace()
     with gr.Blocks(title="EAGLE-2 draft trees", fill_width=True) as demo:
@@ -578,7 +605,10 @@ def calm_queue(demo: gr.Blocks) -> gr.Blocks:
 
 
 if __name__ == "__main__":
-    prepare_kernels()  # the row kernel builds while the page starts, not during a visitor's first run
+    # the model, the row kernel and the machine profile are prepared while the page is served, not during a
+    # visitor's first Generate (which waits only for what is left): app_parts/warmup.py. On ZeroGPU the GPU exists
+    # only inside a Generate's slot, so there only the files are made ahead (the conversion and the kernel).
+    warmup.start(CACHE, next(iter(load_presets().values())), load=spaces is None)
     calm_queue(build_demo().queue(default_concurrency_limit=1)).launch(
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), **launch_options())

@@ -122,16 +122,31 @@ def model_info(preset: ModelPreset, cache: "BundleCache") -> str:
     bundle = cache.loaded(preset.name)
     if bundle is not None:
         return in_use(bundle)
+    if cache.preparing():
+        return describe_preset(preset) + " Being prepared at server start."
     return describe_preset(preset) + " Loads on the first Generate."
 
 
 class BundleCache:
-    """Loaded bundles by preset name; one at a time (a new preset evicts the old), loaded under a lock."""
+    """Loaded bundles by preset name; one at a time (a new preset evicts the old), loaded under a lock.
+
+    With a `preparation` (app_parts/warmup.py: the server's own first load and profile, in the background), `get`
+    and `profile` first wait for it outside the lock, saying on `progress` which step is left, and then find its
+    bundle and profile here, made once; when it failed they load as they would without it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._bundles: dict[str, Bundle] = {}
         self._profiles: dict[str, dict | None] = {}
+        self.preparation = None  # a warmup.Preparation once the server starts one
+
+    def preparing(self) -> bool:
+        """Whether the server's preparation at start is still running."""
+        return self.preparation is not None and not self.preparation.done.is_set()
+
+    def _await_preparation(self, progress: Callable[[float, str], None] | None) -> None:
+        if self.preparation is not None:
+            self.preparation.wait(progress)
 
     def put(self, name: str, bundle: Bundle) -> None:
         """Hand the cache an already loaded bundle (tests load the model once and share it)."""
@@ -152,6 +167,7 @@ class BundleCache:
         the page uses the paper's settings."""
         if bundle.device.type != "cpu":
             return None
+        self._await_preparation(progress)
         with self._lock:
             if preset.name not in self._profiles:
                 say = (lambda m: progress(0.5, f"Tuning the tree size for this machine (once, up to a minute): {m}")
@@ -174,6 +190,7 @@ class BundleCache:
         reason = unavailable_reason(preset)
         if reason:
             raise RuntimeError(reason)
+        self._await_preparation(progress)  # outside the lock: the preparation's own load holds it meanwhile
         with self._lock:
             if preset.name in self._bundles:
                 return self._bundles[preset.name]

@@ -429,3 +429,42 @@ def test_stop_while_waiting_leaves_the_queue_without_decoding(page, monkeypatch)
         released.set()
         for ctx in contexts:
             ctx.close()
+
+
+def test_a_server_still_preparing_says_which_step_and_a_generate_waits_for_it(page, embedded):
+    """While the server prepares at start (app_parts/warmup.py), an open page's status line names the step; a
+    Generate pressed meanwhile says what it waits for, then runs; the other page's line turns to Ready. by itself
+    once the preparation ends."""
+    import threading
+
+    from app_parts import warmup
+    from app_parts.presets import CACHE
+
+    gate = threading.Event()
+    prep = warmup.Preparation([("the model conversion", "held by the test", lambda: gate.wait(RUN_MS / 1000))])
+    CACHE.preparation = prep.start()  # before the page is built: its timer starts only while a preparation runs
+    contexts = []
+    try:
+        with served_app(embedded) as url:
+            pages = []
+            for _ in range(2):
+                contexts.append(page.context.browser.new_context(viewport={"width": 1280, "height": 900}))
+                pg = contexts[-1].new_page()
+                pg.set_default_timeout(60_000)
+                pg.goto(url)
+                _wait_status(pg, warmup.PREPARING + "the model conversion, held by the test (step 1 of 1",
+                             60_000)
+                pages.append(pg)
+            watcher, visitor = pages
+            visitor.get_by_role("radio", name="my settings below").check()  # no machine profile to measure in this test
+            _generate(visitor, "Say hello.", 4, plain=False)
+            _wait_status(visitor, "Waiting for the model conversion (started at server start", 60_000)
+            _wait_status(watcher, warmup.PREPARING, 60_000)  # still preparing: this page's line is unchanged
+            gate.set()
+            _wait_status(visitor, "Done.")
+            _wait_status(watcher, "Ready.", 60_000)
+    finally:
+        gate.set()
+        CACHE.preparation = None
+        for ctx in contexts:
+            ctx.close()

@@ -275,7 +275,7 @@ def test_a_background_build_and_a_first_run_share_one_build(monkeypatch):
     monkeypatch.setattr(rows, "_load", slow_build)
     from eagle2.loading import prepare_kernels
 
-    thread = prepare_kernels()  # what app.py calls at launch
+    thread = prepare_kernels()  # what the page calls at launch (app_parts/warmup.py)
     time.sleep(0.05)
     assert rows.load() == "built" and len(calls) == 1
     thread.join(5)
