@@ -16,7 +16,6 @@ their floor.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -28,7 +27,7 @@ from ..config import DecodeConfig
 from ..decode.engine import encode_prompt
 from ..loading import load
 from .autotune import time_drafting_by_width, time_verify, warmup_texts
-from .forward import bandwidth_gbs
+from .forward import bandwidth_gbs, emit
 
 DEPTHS = (1, 2, 3, 4, 5, 6)
 WIDTHS = (1, 4, 10)
@@ -125,11 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="also write the report here")
     args = ap.parse_args(argv)
     bundle = load(args.model, args.head, "cpu")
-    r = report(bundle, draft_tokens=args.draft_tokens)
-    print(format_report(r))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(r, f, indent=2)
+    emit(report(bundle, draft_tokens=args.draft_tokens), format_report, args.json)
     return 0
 
 

@@ -102,12 +102,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="also write the report here")
     args = ap.parse_args(argv)
     bundle = load(args.model, args.head, "cpu", kernels=args.kernels)
-    r = report(bundle)
-    print(format_report(r))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(r, f, indent=2)
+    emit(report(bundle), format_report, args.json)
     return 0
+
+
+def emit(r: dict, format_report, json_path: str | None) -> None:
+    """A report printed in words, and written as JSON where asked (this one and the drafting report)."""
+    print(format_report(r))
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(r, f, indent=2)
 
 
 if __name__ == "__main__":
