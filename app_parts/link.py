@@ -17,7 +17,8 @@ from eagle2.inputs import check_number, check_text
 
 MAX_VALUE_CHARS = MAX_PROMPT_CHARS  # a query value longer than a prompt may be is refused unread
 MAX_KEYS = 40                       # a query with more keys than the page has settings is cut there
-_TEXT = {"prompt", "preset", "tree_choice", "tree_json", "sizing"}
+_TEXT = {"prompt", "preset", "tree_choice", "tree_json", "sizing", "left_policy", "left_arg", "right_policy",
+         "right_arg"}
 _BOOL = {"with_vanilla", "lookup"}
 LINKED = tuple(f.name for f in fields(RunRequest))  # the settings a link may carry, named as the request names them
 

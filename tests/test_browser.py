@@ -201,8 +201,12 @@ def test_a_link_carries_the_example_and_a_bad_link_says_what_it_ignored(page):
 
 
 def test_scrub_back_to_step_one(page):
+    last = int(page.locator("#step-eagle2 input[type=range]").get_attribute("max"))
+    assert last > 1
+    _set_number(page, "step-eagle2", last)  # from the last step, whatever an earlier test left shown
+    page.wait_for_function("s => (document.querySelector('#tree-eagle2 .gtitle')?.textContent || '')"
+                           ".includes(`step ${s}:`)", arg=last)
     before, other = _title(page, "eagle2"), _title(page, "eagle1")
-    assert "step 1:" not in before
     _set_number(page, "step-eagle2", 1)
     page.wait_for_function("() => (document.querySelector('#tree-eagle2 .gtitle')?.textContent || '')"
                            ".includes('step 1:')")
@@ -244,6 +248,42 @@ def test_prompt_lookup_branch_is_drawn_when_ticked(page):
         assert "prompt-lookup branch" not in page.locator("#tree-eagle1 .legendtext").all_text_contents()
     finally:
         box.uncheck()
+
+
+def _pick(page, elem_id: str, option: str) -> None:
+    """Choose a dropdown's option by its text, as a visitor does."""
+    page.locator(f"#{elem_id} input").click()
+    page.get_by_role("option", name=option).click()
+
+
+def test_each_panel_runs_a_chain_or_an_engines_flags(page):
+    """The left panel as a chain of 3, the right as SGLang's flags: both draw while decoding, both texts equal
+    plain decoding's, and the table names each in its own terms."""
+    from app_parts.settings import PANEL_POLICIES
+
+    sglang = "--speculative-num-steps 3 --speculative-eagle-topk 4 --speculative-num-draft-tokens 8"
+    try:
+        _pick(page, "left-policy", PANEL_POLICIES["chain"])
+        page.fill("#left-arg textarea", "3")
+        _pick(page, "right-policy", PANEL_POLICIES["engine"])
+        page.fill("#right-arg textarea", sglang)
+        page.locator("#right-arg textarea").press("Tab")
+        page.wait_for_function("() => (document.querySelector('#budget')?.innerText || '').includes('SGLang')")
+        page.evaluate(WATCH_STEPS, "Live pass")
+        _generate(page, "Name three colours and say why you like each.", 24, plain=True)
+        _wait_status(page, "Done.")
+        seen = page.evaluate("() => window.__seen")
+        assert seen["eagle2"] and seen["eagle1"], seen  # both panels drew steps during the live pass
+        table = page.locator("#metrics").inner_text()
+        assert "chain of 3" in table and "SGLang: steps 3, topk 4, 8 draft tokens (root counted)" in table, table
+        rows = [line for line in table.splitlines() if "chain of 3" in line or "SGLang" in line]
+        assert len(rows) == 2 and all(line.rstrip().endswith("yes") for line in rows), rows  # same text as plain
+        assert "chain of 3" in _title(page, "eagle2") and "SGLang" in _title(page, "eagle1")
+    finally:
+        _pick(page, "left-policy", PANEL_POLICIES["eagle2"])
+        _pick(page, "right-policy", PANEL_POLICIES["eagle1"])
+        page.fill("#left-arg textarea", "")
+        page.fill("#right-arg textarea", "")
 
 
 def _mark_xy(page, method: str, cls: str) -> list[float] | None:
