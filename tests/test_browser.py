@@ -253,7 +253,8 @@ def test_prompt_lookup_branch_is_drawn_when_ticked(page):
 def _pick(page, elem_id: str, option: str) -> None:
     """Choose a dropdown's option by its text, as a visitor does."""
     page.locator(f"#{elem_id} input").click()
-    page.get_by_role("option", name=option).click()
+    page.locator(f"#{elem_id}").get_by_role("option", name=option).click()
+    page.wait_for_function("([e, o]) => document.querySelector(`#${e} input`)?.value === o", arg=[elem_id, option])
 
 
 def test_each_panel_runs_a_chain_or_an_engines_flags(page):
