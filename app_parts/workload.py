@@ -93,7 +93,9 @@ def summary_markdown(out: dict) -> str:
 def flags_text(out: dict) -> str:
     rec = out["recommended"]
     return (f"# SGLang\n{rec['sglang']}\n# vLLM speculative_config\n{json.dumps(rec['vllm'])}\n"
-            f"# TensorRT-LLM (see the report's 'assumed')\n{json.dumps(rec['tensorrt_llm'])}")
+            f"# TensorRT-LLM (see the report's 'assumed')\n{json.dumps(rec['tensorrt_llm'])}\n"
+            f"# OpenVINO GenAI (this project's reading of its tree fields)\n{json.dumps(rec['openvino'])}\n"
+            f"# llama.cpp (a chain, as vLLM's)\n{rec['llama.cpp']}")
 
 
 def diagnose(path: str | None, max_new_tokens: float, preset_name: str,

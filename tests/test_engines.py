@@ -2,6 +2,8 @@
 the engine would refuse is refused with the engine, the flag and the constraint."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from eagle2.decode.engine import Decoder
@@ -100,3 +102,24 @@ def test_diagnose_judges_an_engines_own_settings_by_their_replayed_shape(tiny):
     assert chain["tau"] == pytest.approx(out["overall"]["tau"]["chain"]["3"], abs=1e-3)
     odd = diagnose.report(rows, runs, verify, draft, engine=parse_engine_flags(EXAMPLES["openvino"]))["engine"]
     assert "not replayable" in odd["note"] and "tau" not in odd  # top-k 3 is not among the replayed widths
+
+
+def test_the_recommendation_is_given_in_each_engines_terms_and_parses_back(tiny):
+    from app_parts.workload import flags_text
+    from eagle2.tools import diagnose
+    from tests.test_diagnose import PROMPTS, RECORD
+
+    target, head, tok = tiny
+    dec = Decoder(target, head, tok, eos_ids=set())
+    runs = [list(dec.run(ids, RECORD)) for ids in PROMPTS[:3]]
+    out = diagnose.report([{"id": i, "category": "c"} for i in range(1, 4)], runs)
+    rec, text = out["recommended"], flags_text(out)
+    for words in ("# SGLang", "# vLLM", "# TensorRT-LLM", "# OpenVINO GenAI", "# llama.cpp"):
+        assert words in text
+    gpu = rec["gpu"]
+    ov = parse_engine_flags(json.dumps(rec["openvino"]))  # each engine's line runs the shape recommended
+    assert (ov.settings.get("total_tokens"), ov.settings.get("depth")) == (gpu["num_draft_tokens"], gpu["steps"]) \
+        or (ov.policy == "chain" and gpu["topk"] == 1)
+    assert parse_engine_flags(rec["llama.cpp"]).settings["chain_tokens"] == rec["vllm"]["num_speculative_tokens"]
+    sg = parse_engine_flags(rec["sglang"])
+    assert sg.engine == "sglang" and (sg.policy == "chain") == (gpu["topk"] == 1)
