@@ -17,9 +17,10 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ..config import LIMITS
+from ..config import LIMITS, DecodeConfig
+from ..decode.methods import Shared, config_for
 from ..policies import CHAIN, DYNAMIC
 from .serving import ASSUMED, ConstraintError, Shape, check_sglang, tensorrt_llm_config
 
@@ -260,12 +261,8 @@ def parse_engine_flags(text: str) -> EngineRun:
     return PARSERS[which_engine(text)](text)
 
 
-def engine_config(text: str, shared):
+def engine_config(text: str, shared: Shared) -> tuple[EngineRun, DecodeConfig]:
     """(what an engine's settings run here, its DecodeConfig) on top of the command line's or the page's shared
-    settings (methods.Shared): the engine's tree replaces any tuned or given size."""
-    from dataclasses import replace
-
-    from ..decode.methods import config_for
-
+    settings: the engine's tree replaces any tuned or given size."""
     run = parse_engine_flags(text)
     return run, config_for(run.policy, replace(shared, tuned={}, **run.settings))
