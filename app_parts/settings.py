@@ -283,7 +283,8 @@ def _panels_line(cfgs: dict[str, DecodeConfig], req: RunRequest) -> str:
     line = "Comparing " + " · ".join(parts) + "."
     a, b = (panels[s]["nodes"] for s in PANELS)
     if a != b:
-        line += " ⚠ The two panels do not verify the same number of nodes, so their τ is not a like-for-like comparison."
+        line += (" ⚠ The two panels do not verify the same number of nodes, so their τ is not a like-for-like "
+                 "comparison.")
     return line
 
 
