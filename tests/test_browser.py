@@ -270,11 +270,12 @@ def test_each_panel_runs_a_chain_or_an_engines_flags(page):
         page.fill("#right-arg textarea", sglang)
         page.locator("#right-arg textarea").press("Tab")
         page.wait_for_function("() => (document.querySelector('#budget')?.innerText || '').includes('SGLang')")
-        page.evaluate(WATCH_STEPS, "Live pass")
+        # (that both panels draw during the live pass is checked through the API, tests/test_app_api.py: a
+        # 24-token live pass can be over between two of the page's redraws on a fast machine)
         _generate(page, "Name three colours and say why you like each.", 24, plain=True)
         _wait_status(page, "Done.")
-        seen = page.evaluate("() => window.__seen")
-        assert seen["eagle2"] and seen["eagle1"], seen  # both panels drew steps during the live pass
+        for m in ("eagle2", "eagle1"):
+            assert page.locator(f"#tree-{m} .js-plotly-plot").count() == 1 and re.search(r"step \d+:", _title(page, m))
         table = page.locator("#metrics").inner_text()
         assert "chain of 3" in table and "SGLang: steps 3, topk 4, 8 draft tokens (root counted)" in table, table
         rows = [line for line in table.splitlines() if "chain of 3" in line or "SGLang" in line]
@@ -308,7 +309,7 @@ def test_sampling_shows_why_a_node_was_rejected(page):
         assert page.locator("#text-eagle2 .tok-text .tok").count() >= 1
         last = int(page.locator("#step-eagle2 input[type=range]").get_attribute("max"))
         found = None
-        for step in range(1, last + 1):  # scrub to a step whose tree has a node the target rejected
+        for step in range(1, last):  # a step with a rejected node, not the last (the token limit may cut it)
             _set_number(page, "step-eagle2", step)
             page.wait_for_function("s => (document.querySelector('#tree-eagle2 .gtitle')?.textContent || '')"
                                    ".includes(`step ${s}:`)", arg=step)
