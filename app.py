@@ -412,6 +412,12 @@ def _wire_steps(ui: SimpleNamespace) -> None:
                             [ui.state, ui.sliders[m], ui.show_pruned],
                             [ui.trees[m], ui.texts[m], ui.captions[m], ui.state], api_name=f"scrub_{m}",
                             preprocess=False, trigger_mode="always_last", show_progress="hidden")
+        # and on release too: a typed number that `always_last` folded into a redraw already under way is drawn
+        # when the box is left, so the panel always ends on the value shown (seen: 1 browser run in 8 stuck)
+        ui.sliders[m].release(lambda s, v, p, m=m: (*actions.scrub(s, m, v, p), s),
+                              [ui.state, ui.sliders[m], ui.show_pruned],
+                              [ui.trees[m], ui.texts[m], ui.captions[m], ui.state], api_name=False,
+                              preprocess=False, trigger_mode="always_last", show_progress="hidden")
     for btn, delta, api in ((ui.back_btn, -1, "step_back"), (ui.fwd_btn, 1, "step_forward")):
         btn.click(lambda s, p, d=delta: step_views(*playback.move(s, d, p)), [ui.state, ui.show_pruned], step_out,
                   api_name=api, show_progress="hidden", concurrency_limit=None, preprocess=False)
