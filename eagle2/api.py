@@ -37,7 +37,8 @@ def decoder_for(bundle: Bundle) -> Decoder:
     if bundle not in _DECODERS:
         _DECODERS[bundle] = Decoder(bundle.target, bundle.head, bundle.tokenizer,
                                     draft_linear=getattr(bundle, "draft_linear", None),
-                                    greedy=getattr(bundle, "greedy", None), stack=getattr(bundle, "stack", None))
+                                    greedy=getattr(bundle, "greedy", None), stack=getattr(bundle, "stack", None),
+                                    draft_level=getattr(bundle, "draft_level", None))
     return _DECODERS[bundle]
 
 

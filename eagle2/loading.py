@@ -135,6 +135,7 @@ class Bundle:
     draft_linear: Callable | None = None  # the layer scoring the draft's lm_head rows (eagle2/cpu), or None
     greedy: Callable | None = None        # the target's exact argmax by bounds (eagle2/cpu/argmax.py), or None
     stack: Callable | None = None         # the target's layers in one kernel call (eagle2/cpu/layer.py), or None
+    draft_level: Callable | None = None   # a draft level in one kernel call (eagle2/cpu/level.py), or None
     target_path: str = ""  # the folder or hub id the target's weights were loaded from ("": built in memory)
 
     @property
@@ -282,7 +283,8 @@ def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", k
         cpu.swap_layers(h)  # an EAGLE-1/2 head's layer (int8 or float32 rows) runs fused too
     int8_rows = head_dtype == "int8"
     stack = cpu.fused_stack(target) if lean else None
-    kernels = cpu.describe(plan, target, lean, stack is not None)
+    fused_draft = bool(lean and int8_rows and cpu.FusedDraft.head_applies(h))
+    kernels = cpu.describe(plan, target, lean, stack is not None, fused_draft)
     if dev.type == "cpu" and cpu.row_kernel_failure():  # the line says which kernels run, and why not ours
         kernels += f"; row kernel off: {cpu.row_kernel_failure()}"
     return Bundle(target=target, tokenizer=tok, head=h, device=dev, dtype=dtype,
@@ -291,7 +293,8 @@ def load(model: str = EMBEDDED, head: str | None = None, device: str = "auto", k
                   draft_dtype=head_dtype,
                   draft_linear=cpu.draft_linear(plan, int8_rows) if plan.onednn or int8_rows else None,
                   greedy=cpu.exact_greedy(target.get_output_embeddings()),
-                  stack=stack, target_path=target.name_or_path)
+                  stack=stack, draft_level=cpu.draft_level if fused_draft else None,
+                  target_path=target.name_or_path)
 
 
 _STOCK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # bundle -> its stock target, freed with it

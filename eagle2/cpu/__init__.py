@@ -2,8 +2,9 @@
 
 `accelerate(model, plan)` replaces every float32 `nn.Linear` of a model with a `FastLinear` (the module tree
 shows it); `swap_layers(model)` its stock Llama decoder layers with `LeanLlamaLayer`s (the same operations, less
-Python); `draft_linear`, `exact_greedy` and `fused_stack` give the decoder the layer that scores the draft's lm_head
-rows, the target's argmax and its decoder layers in one kernel call, which it takes as plain callables. `plan_for` chooses the kernels once per machine.
+Python); `draft_linear`, `draft_level`, `exact_greedy` and `fused_stack` give the decoder the layer that scores the draft's
+lm_head rows, a draft level in one kernel call, the target's argmax and its decoder layers in one kernel call, which
+it takes as plain callables. `plan_for` chooses the kernels once per machine.
 """
 from __future__ import annotations
 
@@ -14,14 +15,15 @@ import torch
 from .argmax import GreedyTokens
 from .attention import use_tree_sdpa
 from .layer import FusedStack, LeanLlamaLayer, swap_layers
+from .level import FusedDraft
 from .linear import FastLinear
 from .onednn import available
 from .plan import KERNELS, KernelPlan, plan_for
 from .rows import failure as row_kernel_failure
 from .rows import in_background as build_in_background
 
-__all__ = ["KERNELS", "FastLinear", "KernelPlan", "LeanLlamaLayer", "accelerate", "build_in_background",
-           "describe", "draft_linear", "exact_greedy", "four_bit_layers", "fused_stack", "plan_for", "row_kernel_failure",
+__all__ = ["KERNELS", "FastLinear", "FusedDraft", "KernelPlan", "LeanLlamaLayer", "accelerate", "build_in_background",
+           "describe", "draft_level", "draft_linear", "exact_greedy", "four_bit_layers", "fused_stack", "plan_for", "row_kernel_failure",
            "swap_layers", "use_tree_sdpa"]
 
 
@@ -47,19 +49,27 @@ def four_bit_layers(model: torch.nn.Module) -> tuple[int, int]:
     return len(fast), sum(t.numel() * t.element_size() for m in fast for t in (m.codes, m.d, m.m))
 
 
-def describe(plan: KernelPlan, target: torch.nn.Module, lean: int, stacked: bool = False) -> str:
+def describe(plan: KernelPlan, target: torch.nn.Module, lean: int, stacked: bool = False,
+             draft_levels: bool = False) -> str:
     """The kernels in words: the plan, the layer kind (`lean`: how many were swapped; `stacked`: all of them in
-    one call, `fused_stack`) and the four-bit layers."""
+    one call, `fused_stack`), the four-bit layers and whether a draft level is one call (`draft_level`)."""
     fused = lean and all(getattr(layer, "fused", False) for layer in target.model.layers)
     four, four_bytes = four_bit_layers(target)
     layers = "; fused Llama layers" + (" in one call" if stacked else "") + " (1 to 32 rows)"
     return (plan.describe() + (layers if fused else "; lean Llama layers" if lean else "")
-            + (f"; {four} layers from exact four-bit codes (+{four_bytes / 1e6:.0f} MB)" if four else ""))
+            + (f"; {four} layers from exact four-bit codes (+{four_bytes / 1e6:.0f} MB)" if four else "")
+            + ("; a draft level in one call" if draft_levels else ""))
 
 
 def draft_linear(plan: KernelPlan, int8_rows: bool = False) -> Callable[[torch.Tensor], torch.nn.Module]:
     """For the decoder: the layer that scores a (M, H) block of lm_head rows for the draft."""
     return lambda w: FastLinear(w, None, plan.stock_rows, plan.own_rows, packed=plan.onednn, int8_rows=int8_rows)
+
+
+def draft_level(head: torch.nn.Module, rows: torch.nn.Module) -> Callable | None:
+    """For the decoder: `head`'s levels over the lm_head rows `rows` (a `draft_linear` layer) in one kernel call
+    each, where they apply (an EAGLE-1/2 head with int8 rows and a fused layer), else None."""
+    return FusedDraft(head, rows) if FusedDraft.applies(head, rows) else None
 
 
 def exact_greedy(lm_head: torch.nn.Module) -> Callable[[torch.Tensor], list[int]] | None:

@@ -22,15 +22,13 @@ LOG_FLOOR = -69.0  # about log(1e-30): the score of a lookup token the draft giv
 class Drafter(Protocol):
     """Runs the draft head for one step (engine.py)."""
 
-    def root(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Draft log-probs (V',) and feature (H,) after the root."""
+    def root(self, k: int) -> tuple[torch.Tensor, torch.Tensor, list[float], list[int]]:
+        """Draft log-probs (V',), feature (H,) and the top-k log-probs and vocabulary ids after the root."""
 
-    def level(self, tokens: list[int], feats: torch.Tensor, visible: torch.Tensor,
-              depth: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Nodes of one depth, fed to the head after the step's drafted nodes -> log-probs (Q, V'), feats (Q, H)."""
-
-    def topk(self, logp: torch.Tensor, k: int) -> tuple[list, list]:
-        """Top-k log-probs and vocabulary ids of each row, as lists."""
+    def level(self, tokens: list[int], feats: torch.Tensor, visible: torch.Tensor, depth: int,
+              k: int) -> tuple[torch.Tensor, torch.Tensor, list, list]:
+        """Nodes of one depth, fed to the head after the step's drafted nodes -> log-probs (Q, V'), feats (Q, H),
+        and each row's top-k log-probs and vocabulary ids (Q lists of k)."""
 
     def logp_of(self, logp_row: torch.Tensor, token: int) -> float:
         """The draft's log-probability of one vocabulary token (floored)."""
@@ -81,8 +79,7 @@ class DraftTree:
         return new
 
     def _root(self, k: int, ranks: list[int] | None = None) -> list[int]:
-        logp, feat = self.drafter.root()
-        lp, tok = self.drafter.topk(logp, k)
+        logp, feat, lp, tok = self.drafter.root(k)
         return self._add_children(0, logp, lp, tok, feat, ranks)
 
     def _expand(self, nodes: list[int], k: int, ranks: dict[int, list[int]] | None = None) -> list[int]:
@@ -95,10 +92,10 @@ class DraftTree:
             while a > 0:  # the node and its drafted ancestors (the root's pair is already committed)
                 visible[q, where[a]] = True
                 a = self.pool[a].parent
-        logp, out = self.drafter.level([self.pool[n].token for n in nodes], torch.stack([self.feats[n] for n in nodes]),
-                                       visible, self.pool[nodes[0]].depth)
+        logp, out, top_lp, top_tok = self.drafter.level(  # top-k: (Q, k) each
+            [self.pool[n].token for n in nodes], torch.stack([self.feats[n] for n in nodes]), visible,
+            self.pool[nodes[0]].depth, k)
         self.drafted += nodes
-        top_lp, top_tok = self.drafter.topk(logp, k)  # (Q, k) each
         return [c for q, n in enumerate(nodes) for c in self._add_children(
             n, logp[q], top_lp[q], top_tok[q], out[q], None if ranks is None else ranks[n])]
 

@@ -45,6 +45,7 @@ class DraftRows:
     ids: torch.Tensor | None
     col: dict[int, int]
     logits: Callable[[torch.Tensor], torch.Tensor]
+    level: Callable | None = None  # the head and these rows in one call per level (eagle2/cpu/level.py), or None
 
 
 @dataclass
@@ -66,31 +67,38 @@ class _Drafter:
     def __init__(self, decoder: "Decoder", st: _State):
         self.decoder, self.st = decoder, st
 
-    def _run(self, tokens: list[int], feats: torch.Tensor, visible: torch.Tensor, positions: list[int],
-             last: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def _run(self, tokens: list[int], feats: torch.Tensor, visible: torch.Tensor | None, positions: list[int],
+             k: int, last: bool = False) -> tuple[torch.Tensor, torch.Tensor, list, list]:
+        """The head over `tokens` (visible: which of this step's drafted keys each sees; None: causal rows) ->
+        (log-probs of the scored rows (every row, or the last: `last`), features, each scored row's top-k
+        log-probs and vocabulary ids)."""
         st, dev = self.st, self.decoder.device
-        mask = additive_mask(visible, st.head_len, self.decoder.head_dtype).to(dev)
-        out = self.decoder.head(torch.tensor([tokens], device=dev), feats[None] if feats.dim() == 2 else feats,
-                                mask, torch.tensor([positions], device=dev), st.head_cache)[0]  # (Q, H)
-        scored = out[-1:] if last else out
-        return torch.log_softmax(st.rows.logits(scored).float(), dim=-1), out
+        fused = st.rows.level(tokens, feats, visible, st.head_len, positions, st.head_cache, last, k) \
+            if st.rows.level is not None else None
+        if fused is not None:
+            logp, out, lp, idx = fused
+        else:
+            q = len(tokens)
+            visible = torch.ones(q, q, dtype=torch.bool).tril() if visible is None else visible
+            mask = additive_mask(visible, st.head_len, self.decoder.head_dtype).to(dev)
+            out = self.decoder.head(torch.tensor([tokens], device=dev), feats[None] if feats.dim() == 2 else feats,
+                                    mask, torch.tensor([positions], device=dev), st.head_cache)[0]  # (Q, H)
+            logp = torch.log_softmax(st.rows.logits(out[-1:] if last else out).float(), dim=-1)
+            lp, idx = logp.topk(k, dim=-1)
+        ids = st.rows.ids
+        return logp, out, lp.tolist(), (idx if ids is None else ids[idx]).tolist()
 
-    def root(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Feed the head the pairs committed since the last step; the root's draft log-probs and feature."""
+    def root(self, k: int) -> tuple[torch.Tensor, torch.Tensor, list[float], list[int]]:
+        """Feed the head the pairs committed since the last step; the root's draft log-probs, feature and top-k."""
         st = self.st
         t = st.pend_tokens.shape[1]
-        logp, out = self._run(st.pend_tokens[0].tolist(), st.pend_feats, torch.ones(t, t, dtype=torch.bool).tril(),
-                              list(range(st.head_len, st.head_len + t)), last=True)
+        logp, out, lp, ids = self._run(st.pend_tokens[0].tolist(), st.pend_feats, None,
+                                       list(range(st.head_len, st.head_len + t)), k, last=True)
         st.head_len += t
-        return logp[-1], out[-1]
+        return logp[-1], out[-1], lp[-1], ids[-1]
 
-    def level(self, tokens, feats, visible, depth):  # the nodes sit one position past their parents
-        return self._run(tokens, feats, visible, [self.st.head_len - 1 + depth] * len(tokens))
-
-    def topk(self, logp: torch.Tensor, k: int) -> tuple[list, list]:
-        lp, idx = logp.topk(k, dim=-1)
-        ids = self.st.rows.ids
-        return lp.tolist(), (idx if ids is None else ids[idx]).tolist()
+    def level(self, tokens, feats, visible, depth, k):  # the nodes sit one position past their parents
+        return self._run(tokens, feats, visible, [self.st.head_len - 1 + depth] * len(tokens), k)
 
     def logp_of(self, logp_row: torch.Tensor, token: int) -> float:
         rows = self.st.rows
@@ -103,11 +111,13 @@ class Decoder:
 
     def __init__(self, target, head: Head, tokenizer, eos_ids: set[int] | None = None,
                  draft_linear: Callable[[torch.Tensor], Callable] | None = None,
-                 greedy: Callable[[torch.Tensor], list[int]] | None = None, stack: Callable | None = None):
+                 greedy: Callable[[torch.Tensor], list[int]] | None = None, stack: Callable | None = None,
+                 draft_level: Callable | None = None):
         """`draft_linear(weight)`: the layer that scores the draft's lm_head rows (default: a float matmul in the
         head's dtype); `greedy(h)`: the target's argmax token after each row of features (default: its lm_head);
         `stack(input_ids, attention_mask, position_ids, cache)`: the target body's post-norm features computed
-        another way (its layers in one kernel call), or None where it does not apply (default: the body itself)."""
+        another way (its layers in one kernel call), or None where it does not apply (default: the body itself);
+        `draft_level(head, rows_layer)`: a draft level in one call over those rows (`DraftRows.level`), or None."""
         self.target, self.head, self.tok = target, head, tokenizer
         self.token_text = TokenText(tokenizer)
         self.body = getattr(target, target.base_model_prefix)
@@ -121,6 +131,7 @@ class Decoder:
         self._linear = draft_linear or (lambda w: (lambda x, w=w: torch.nn.functional.linear(x.to(w.dtype), w)))
         self.greedy_tokens = greedy or (lambda h: self.lm_head(h).argmax(dim=-1).tolist())
         self.stack = stack
+        self.draft_level = draft_level
         self._rows: dict[int, DraftRows] = {}
 
     def draft_rows(self, n: int = 0) -> DraftRows:
@@ -134,7 +145,9 @@ class Decoder:
                 torch.arange(n, device=self.device) if n < full else None)
             col = {} if ids is None else {t: j for j, t in enumerate(ids.tolist())}
             w = self.head.draft_weight(self.lm_head.weight, n).detach().to(self.head_dtype)  # (n, H)
-            self._rows[n] = DraftRows(ids=ids, col=col, logits=self.head.scorer(self._linear(w)))
+            layer = self._linear(w)
+            level = self.draft_level(self.head, layer) if self.draft_level is not None else None
+            self._rows[n] = DraftRows(ids=ids, col=col, logits=self.head.scorer(layer), level=level)
         return self._rows[n]
 
     def forward(self, **inputs) -> tuple[torch.Tensor, torch.Tensor]:

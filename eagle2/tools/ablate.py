@@ -32,6 +32,8 @@ VARIANTS = {
                      "bf16-bounded argmax where the CPU has native bf16",
     "no lean layers": "transformers' own LlamaDecoderLayer forward (the same operations, more Python; not fused either)",
     "no fused layers": "the lean layers' PyTorch operations instead of one kernel call per layer for 1 to 32 rows",
+    "no fused draft level": "a draft level as the head's own PyTorch operations (embedding, fc, rotary, the fused "
+                            "layer, the lm_head rows, log-softmax, top-k) instead of one kernel call",
     "no fused stack": "the fused layers called one by one from Python instead of all thirty in one kernel call",
     "no four-bit codes": "the row kernel over the float32 weights instead of their exact four-bit codes",
     "no eight-row pass": "five to eight rows of four-bit products expanded into L1 and multiplied four rows a pass "
@@ -62,8 +64,10 @@ def variant(name: str, model: str, head: str | None):
     stack = cpu.fused_stack(bundle.target) if lean and name != "no fused stack" else None
     if lean:  # the head's layer too, as `load` swaps it
         cpu.swap_layers(bundle.head, fused=name not in ("no fused layers", "no row kernel"))
-    return replace(bundle, kernels=cpu.describe(plan, bundle.target, lean, stack is not None), draft_dtype="int8" if int8_rows else "float32",
-                   draft_linear=cpu.draft_linear(plan, int8_rows), greedy=greedy, stack=stack)
+    fused_draft = lean and int8_rows and name != "no fused draft level" and cpu.FusedDraft.head_applies(bundle.head)
+    return replace(bundle, kernels=cpu.describe(plan, bundle.target, lean, stack is not None, fused_draft),
+                   draft_dtype="int8" if int8_rows else "float32", draft_linear=cpu.draft_linear(plan, int8_rows),
+                   greedy=greedy, stack=stack, draft_level=cpu.draft_level if fused_draft else None)
 
 
 SWITCHED = ("no eight-row pass", "no prefetch ahead", "no int16 sums")  # the row kernel's process-wide switches

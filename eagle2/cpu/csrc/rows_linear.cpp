@@ -952,6 +952,122 @@ std::vector<torch::Tensor> q8_greedy(const torch::Tensor& x, const torch::Tensor
   return {tokens, settled, short_t, short_u};
 }
 
+// ---- one level of an EAGLE-1/2 draft head in one call (eagle2/cpu/level.py, `FusedDraft`) --------------------
+// A level is the head's forward over a few drafted nodes and its scores over the draft vocabulary: some fifteen
+// PyTorch operations from Python (embedding, concatenation, fc, rotary, the fused layer, the lm_head rows,
+// log-softmax, top-k), which cost more than their arithmetic on a CPU. Here they run in one call, through the
+// same kernels the separate calls use (q8_run, llama_layer: the same bits for the features and the logits); the
+// log-softmax and the top-k are this file's own (the draft only proposes: the target verifies every token).
+struct DraftLevel {
+  torch::Tensor embed, fc_q, fc_scale, fc_bias, norm2, cos_table, sin_table, lm_q, lm_scale;
+  std::vector<torch::Tensor> lins;
+  double eps, scaling;
+  int64_t heads, kv_heads;
+
+  DraftLevel(torch::Tensor embed, torch::Tensor fc_q, torch::Tensor fc_scale, torch::Tensor fc_bias,
+             torch::Tensor norm2, double eps, std::vector<torch::Tensor> lins, double scaling, int64_t heads,
+             int64_t kv_heads, torch::Tensor cos_table, torch::Tensor sin_table, torch::Tensor lm_q,
+             torch::Tensor lm_scale)
+      : embed(embed), fc_q(fc_q), fc_scale(fc_scale), fc_bias(fc_bias), norm2(norm2), cos_table(cos_table),
+        sin_table(sin_table), lm_q(lm_q), lm_scale(lm_scale), lins(std::move(lins)), eps(eps), scaling(scaling),
+        heads(heads), kv_heads(kv_heads) {
+    const int64_t H = embed.size(1);
+    TORCH_CHECK(embed.scalar_type() == torch::kFloat && embed.dim() == 2 && embed.is_contiguous(), "embedding");
+    TORCH_CHECK(fc_q.scalar_type() == torch::kChar && fc_q.is_contiguous() && fc_q.size(0) == H &&
+                fc_q.size(1) == 2 * H && fc_scale.numel() == H, "fc: int8 rows (H, 2H) with a scale each");
+    TORCH_CHECK(fc_bias.numel() == 0 || (fc_bias.scalar_type() == torch::kFloat && fc_bias.numel() == H), "fc bias");
+    TORCH_CHECK(lm_q.scalar_type() == torch::kChar && lm_q.is_contiguous() && lm_q.size(1) == H &&
+                lm_scale.numel() == lm_q.size(0), "lm_head rows: int8 (n, H) with a scale each");
+    TORCH_CHECK(cos_table.dim() == 2 && cos_table.sizes() == sin_table.sizes() && cos_table.is_contiguous() &&
+                sin_table.is_contiguous(), "rotary tables (positions, D)");
+  }
+
+  // tokens (M,) int64 with features (M, H) at `positions` (M,) int64; the head cache's buffers (kv_heads, room, D)
+  // hold `past` positions, of which the first `committed` are committed pairs every row sees; `visible` (M, past -
+  // committed + M) bool says which of the step's drafted keys (and the rows themselves) each row sees, or is empty
+  // for causal rows. Rows from `first` on are scored. -> (features (M, H), log-probs (S, n), top-k log-probs
+  // (S, k), their columns (S, k) int64), S = M - first.
+  std::vector<torch::Tensor> run(const torch::Tensor& tokens, const torch::Tensor& feats,
+                                 const torch::Tensor& positions, const torch::Tensor& kbuf, const torch::Tensor& vbuf,
+                                 int64_t past, int64_t committed, const torch::Tensor& visible, int64_t first,
+                                 int64_t k) const {
+    const int64_t M = tokens.numel(), H = embed.size(1), V = embed.size(0), D = cos_table.size(1);
+    const int64_t P = cos_table.size(0), n = lm_q.size(0), T = past + M;
+    TORCH_CHECK(tokens.scalar_type() == torch::kLong && positions.scalar_type() == torch::kLong &&
+                positions.numel() == M && tokens.is_contiguous() && positions.is_contiguous(), "tokens, positions");
+    TORCH_CHECK(feats.scalar_type() == torch::kFloat && feats.is_contiguous() && feats.numel() == M * H, "features");
+    TORCH_CHECK(first >= 0 && first < M && k > 0 && k <= n, "scored rows and k");
+    TORCH_CHECK(committed >= 0 && committed <= past, "committed within past");
+    const bool causal = visible.numel() == 0;
+    TORCH_CHECK(causal || (visible.scalar_type() == torch::kBool && visible.is_contiguous() &&
+                           visible.numel() == M * (T - committed)), "visible (M, past - committed + M) bool");
+    const int64_t* tp = tokens.data_ptr<int64_t>();
+    const int64_t* pp = positions.data_ptr<int64_t>();
+    auto opts = feats.options();
+    // fc(concat(embedding, feature))
+    auto xin = torch::empty({M, 2 * H}, opts);
+    float* xi = xin.data_ptr<float>();
+    const float *ep = embed.data_ptr<float>(), *fp = feats.data_ptr<float>();
+    for (int64_t i = 0; i < M; ++i) {
+      TORCH_CHECK(tp[i] >= 0 && tp[i] < V, "token id out of range");
+      std::copy(ep + tp[i] * H, ep + (tp[i] + 1) * H, xi + i * 2 * H);
+      std::copy(fp + i * H, fp + (i + 1) * H, xi + i * 2 * H + H);
+    }
+    auto x = torch::empty({M, H}, opts);
+    q8_run(xi, fc_q.data_ptr<int8_t>(), fc_scale.data_ptr<float>(),
+           fc_bias.numel() ? fc_bias.data_ptr<float>() : nullptr, x.data_ptr<float>(), M, H, 2 * H);
+    // the rotary rows of these positions
+    auto cos = torch::empty({M, D}, opts), sin = torch::empty({M, D}, opts);
+    for (int64_t i = 0; i < M; ++i) {
+      TORCH_CHECK(pp[i] >= 0 && pp[i] < P, "position beyond the rotary table");
+      std::copy(cos_table.data_ptr<float>() + pp[i] * D, cos_table.data_ptr<float>() + (pp[i] + 1) * D,
+                cos.data_ptr<float>() + i * D);
+      std::copy(sin_table.data_ptr<float>() + pp[i] * D, sin_table.data_ptr<float>() + (pp[i] + 1) * D,
+                sin.data_ptr<float>() + i * D);
+    }
+    torch::Tensor mask = torch::empty({0}, opts.dtype(torch::kBool));
+    if (!causal) {  // committed pairs always, then what `visible` says
+      mask = torch::ones({M, T}, opts.dtype(torch::kBool));
+      bool* mp = mask.data_ptr<bool>();
+      const bool* vp = visible.data_ptr<bool>();
+      for (int64_t i = 0; i < M; ++i) std::copy(vp + i * (T - committed), vp + (i + 1) * (T - committed),
+                                                mp + i * T + committed);
+    }
+    auto out = llama_layer(x, torch::empty({0}, opts), norm2, eps, lins, cos, sin, kbuf, vbuf, past, mask, scaling,
+                           heads, kv_heads);
+    // the scored rows through the lm_head rows, then log-softmax and top-k per row
+    const int64_t S = M - first;
+    auto logp = torch::empty({S, n}, opts);
+    float* lp = logp.data_ptr<float>();
+    q8_run(out.data_ptr<float>() + first * H, lm_q.data_ptr<int8_t>(), lm_scale.data_ptr<float>(), nullptr, lp, S,
+           n, H);
+    auto top_lp = torch::empty({S, k}, opts);
+    auto top_ix = torch::empty({S, k}, opts.dtype(torch::kLong));
+    for (int64_t r = 0; r < S; ++r) {
+      float* row = lp + r * n;
+      Top best(k);
+      float hi = -INFINITY;
+      for (int64_t j = 0; j < n; ++j) {
+        hi = std::max(hi, row[j]);
+        best.offer(row[j], j);
+      }
+      __m512 acc = _mm512_setzero_ps();
+      const __m512 top = _mm512_set1_ps(hi);
+      int64_t j = 0;
+      for (; j + 16 <= n; j += 16) acc = _mm512_add_ps(acc, exp16(_mm512_sub_ps(_mm512_loadu_ps(row + j), top)));
+      float sum = _mm512_reduce_add_ps(acc);
+      for (; j < n; ++j) sum += std::exp(row[j] - hi);
+      const float lse = hi + std::log(sum);
+      for (j = 0; j < n; ++j) row[j] -= lse;
+      for (int64_t c = 0; c < k; ++c) {
+        top_lp.data_ptr<float>()[r * k + c] = best.v[c] - lse;
+        top_ix.data_ptr<int64_t>()[r * k + c] = best.t[c];
+      }
+    }
+    return {out, logp, top_lp, top_ix};
+  }
+};
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("q8_linear", &q8_linear, "float32 x @ (scale * q).T (+ bias) for int8 rows q");
   m.def("q8_upper", &q8_upper, "upper bounds on x @ w.T from int8 rows");
@@ -972,5 +1088,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "five to eight rows of four-bit products in registers (the default) or expanded into L1 (for ablate)");
   m.def("set_prefetch", [](bool on) { prefetch_ahead = on; },
         "int8 rows and four-bit codes fetched two blocks ahead (the default) or as before (for ablate)");
+  pybind11::class_<DraftLevel>(m, "DraftLevel")
+      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, double,
+                          std::vector<torch::Tensor>, double, int64_t, int64_t, torch::Tensor, torch::Tensor,
+                          torch::Tensor, torch::Tensor>())
+      .def("run", &DraftLevel::run, "a draft head's level over a few nodes: features, log-probs and top-k");
   m.def("rows_linear", &rows_linear, "float32 x @ w.T (+ bias) for a few rows; rows independent");
 }
