@@ -57,17 +57,19 @@ def test_a_single_weight_off_the_grid_keeps_float32(built):
     assert q4.recode(q4_1_like(6, 64, 5)) is None               # N a multiple of 4
 
 
-@pytest.mark.parametrize("defaults", [True, False])
+@pytest.mark.parametrize("switches", ["defaults", "codes fetched like the rest", "all off"])
 @pytest.mark.parametrize("n,k", [(64, 96), (1536, 576), (576, 1536)])
-def test_products_are_the_row_kernels_bits(built, n, k, defaults):
+def test_products_are_the_row_kernels_bits(built, n, k, switches):
     kernel = rowkernel.load()
-    kernel.set_eight_rows(defaults)  # five to eight rows in registers, or expanded into L1 (ablate)
-    kernel.set_prefetch(defaults)    # codes fetched ahead, or not
+    kernel.set_eight_rows(switches != "all off")  # five to eight rows in registers, or expanded into L1 (ablate)
+    kernel.set_prefetch(switches != "all off")    # codes fetched ahead, or not
+    kernel.set_stream_codes(switches == "defaults")  # ahead as non-temporal, or as the rest
     try:
         products_are_the_row_kernels_bits(n, k)
     finally:
         kernel.set_eight_rows(True)
         kernel.set_prefetch(True)
+        kernel.set_stream_codes(True)
 
 
 def products_are_the_row_kernels_bits(n, k):

@@ -39,6 +39,8 @@ VARIANTS = {
     "no eight-row pass": "five to eight rows of four-bit products expanded into L1 and multiplied four rows a pass "
                          "(as for more rows) instead of in registers",
     "no prefetch ahead": "the four-bit codes not fetched ahead, the int8 rows one block ahead instead of two",
+    "no streamed codes": "the target's four-bit codes fetched ahead like everything else instead of as non-temporal "
+                         "(which leaves the last-level cache to what is read again soon)",
     "no int16 sums": "the int8 rows (argmax bounds, draft head) times float32 inputs in float32 multiply-adds "
                      "instead of inputs rounded to int16 and summed exactly with AVX512-VNNI",
     "none": "PyTorch's nn.Linear everywhere, float32 draft, plain argmax",
@@ -70,7 +72,8 @@ def variant(name: str, model: str, head: str | None):
                    greedy=greedy, stack=stack, draft_level=cpu.draft_level if fused_draft else None)
 
 
-SWITCHED = ("no eight-row pass", "no prefetch ahead", "no int16 sums")  # the row kernel's process-wide switches
+SWITCHED = ("no eight-row pass", "no prefetch ahead", "no int16 sums", "no streamed codes")  # the row kernel's
+# process-wide switches
 
 
 def run_variant(name: str, bundle, ids: list[int], cfg: DecodeConfig):
@@ -80,6 +83,7 @@ def run_variant(name: str, bundle, ids: list[int], cfg: DecodeConfig):
         kernel.set_eight_rows(name != SWITCHED[0])
         kernel.set_prefetch(name != SWITCHED[1])
         kernel.set_int16_sums(name != SWITCHED[2])
+        kernel.set_stream_codes(name != SWITCHED[3])
     return run(bundle, ids, cfg)
 
 

@@ -102,6 +102,10 @@ inline __m512 q8(const int8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi
 // without fetching the codes ahead at all, the int8 argmax 10% longer with one block ahead instead of two).
 // Fetching past the end of a weight is harmless: a prefetch never faults.
 constexpr int64_t AHEAD = 2;
+// The target's four-bit codes are read once a forward and are far larger than the last-level cache: fetched as
+// non-temporal, they pass through without pushing out what is read again soon (the draft head's weights, the
+// argmax's bounds, the caches' keys and values). Off (ablate): fetched like everything else.
+bool stream_codes = true;
 bool prefetch_ahead = true;  // off (ablate): the int8 rows fetch one block ahead and the codes none
 
 void q8_block(const float* x, const int8_t* q, const float* scale, const float* bias, const float* slack,
@@ -362,7 +366,12 @@ inline void q4_pass(const float* x, const uint8_t* codes, const float* d, const 
   for (int b = 0; b < W; ++b)
     for (int r = 0; r < G; ++r) acc[b][r] = _mm512_setzero_ps();
   for (int64_t k = 0; k < nb; ++k) {
-    if (ahead) {  // over the nb steps, every line of those rows' codes, d and m (contiguous, W rows each step)
+    if (ahead && stream_codes) {  // over the nb steps, every line of those rows' codes, d and m (contiguous, W
+      // rows each step), fetched so as not to displace what the last-level cache holds (see stream_codes)
+      _mm_prefetch(reinterpret_cast<const char*>(codes + (n + ahead) * half + 16 * k * W), _MM_HINT_NTA);
+      _mm_prefetch(reinterpret_cast<const char*>(d + (n + ahead) * nb + k * W), _MM_HINT_NTA);
+      _mm_prefetch(reinterpret_cast<const char*>(m + (n + ahead) * nb + k * W), _MM_HINT_NTA);
+    } else if (ahead) {
       _mm_prefetch(reinterpret_cast<const char*>(codes + (n + ahead) * half + 16 * k * W), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(d + (n + ahead) * nb + k * W), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(m + (n + ahead) * nb + k * W), _MM_HINT_T0);
@@ -1086,6 +1095,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("run", &LlamaStack::run, "the layers one after another over a few rows, caches written in place");
   m.def("set_eight_rows", [](bool on) { eight_rows = on; },
         "five to eight rows of four-bit products in registers (the default) or expanded into L1 (for ablate)");
+  m.def("set_stream_codes", [](bool on) { stream_codes = on; },
+        "four-bit codes fetched ahead as non-temporal (the default) or as everything else (for ablate)");
   m.def("set_prefetch", [](bool on) { prefetch_ahead = on; },
         "int8 rows and four-bit codes fetched two blocks ahead (the default) or as before (for ablate)");
   pybind11::class_<DraftLevel>(m, "DraftLevel")
