@@ -13,7 +13,7 @@ from eagle2.cpu import rows as rowkernel
 from eagle2.decode.engine import Decoder
 from eagle2.heads.eagle import new_head
 from tests.conftest import CharTokenizer
-from tests.test_fused_layer import PLAN, models
+from tests.test_fused_layer import PLAN, kernel_proxy, models
 
 pytestmark = pytest.mark.skipif(rowkernel.why_not() is not None, reason=f"row kernel not here: {rowkernel.why_not()}")
 
@@ -39,12 +39,7 @@ class CountingLevels:
 
 @pytest.fixture
 def counting(monkeypatch):
-    module = rowkernel.load()
-    if module is None:
-        pytest.fail(f"the row kernel should build on this machine: {rowkernel.failure()}")
-    proxy = CountingLevels(module)
-    monkeypatch.setattr(rowkernel, "load", lambda: proxy)
-    return proxy
+    return kernel_proxy(monkeypatch, CountingLevels)
 
 
 def decoders():

@@ -38,14 +38,19 @@ class Counting:
         return self.module.llama_layer(*args)
 
 
-@pytest.fixture
-def counting(monkeypatch):
+def kernel_proxy(monkeypatch, wrap):
+    """The compiled module wrapped by `wrap` (a counting proxy), handed out by `rowkernel.load` for one test."""
     module = rowkernel.load()
     if module is None:
         pytest.fail(f"the row kernel should build on this machine: {rowkernel.failure()}")
-    proxy = Counting(module)
+    proxy = wrap(module)
     monkeypatch.setattr(rowkernel, "load", lambda: proxy)
     return proxy
+
+
+@pytest.fixture
+def counting(monkeypatch):
+    return kernel_proxy(monkeypatch, Counting)
 
 
 def models(four_bit: bool):
