@@ -63,13 +63,32 @@ def _title(page, method: str) -> str:
     return page.locator(f"#tree-{method} .gtitle").first.text_content() or ""
 
 
+# Set before Generate is clicked: window.__left turns true at the first change of the status line away from what
+# it said before (Generate's own "Waiting for the model…" comes first), so that waiting for "Done." afterwards
+# cannot be answered by the "Done." of the run before.
+STATUS_LEFT = """(before) => {
+    window.__left = false;
+    if (window.__leftWatch) window.__leftWatch.disconnect();
+    window.__leftWatch = new MutationObserver(() => {
+        if ((document.querySelector('#status')?.innerText || '') !== before) {
+            window.__left = true;
+            window.__leftWatch.disconnect();
+        }
+    });
+    window.__leftWatch.observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+
+
 def _generate(page, prompt: str, max_new: int, plain: bool) -> None:
+    """Fill in and press Generate; returns once the status line shows that this run began."""
     page.fill("#prompt textarea", prompt)
     _set_number(page, "max-new", max_new)
     box = page.get_by_label("also run plain decoding (for the speedup)")
     if box.is_checked() != plain:
         box.click()
+    page.evaluate(STATUS_LEFT, _status(page))
     page.click("#generate")
+    page.wait_for_function("() => window.__left")
 
 
 def test_generate_shows_two_trees_and_text(page):
