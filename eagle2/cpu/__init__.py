@@ -2,9 +2,9 @@
 
 `accelerate(model, plan)` replaces every float32 `nn.Linear` of a model with a `FastLinear` (the module tree
 shows it); `swap_layers(model)` its stock Llama decoder layers with `LeanLlamaLayer`s (the same operations, less
-Python); `draft_linear`, `draft_level`, `exact_greedy` and `fused_stack` give the decoder the layer that scores the draft's
-lm_head rows, a draft level in one kernel call, the target's argmax and its decoder layers in one kernel call, which
-it takes as plain callables. `plan_for` chooses the kernels once per machine.
+Python); `draft_linear`, `draft_level`, `exact_greedy` and `fused_stack` give the decoder the layer that scores
+the draft's lm_head rows, a draft level in one kernel call, the target's argmax and its decoder layers in one
+kernel call, which it takes as plain callables. `plan_for` chooses the kernels once per machine.
 """
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from .plan import KERNELS, KernelPlan, plan_for
 from .rows import failure as row_kernel_failure
 from .rows import in_background as build_in_background
 
-__all__ = ["KERNELS", "FastLinear", "FusedDraft", "KernelPlan", "LeanLlamaLayer", "accelerate", "build_in_background",
-           "describe", "draft_level", "draft_linear", "exact_greedy", "four_bit_layers", "fused_stack", "plan_for", "row_kernel_failure",
-           "swap_layers", "use_tree_sdpa"]
+__all__ = ["KERNELS", "FastLinear", "FusedDraft", "KernelPlan", "LeanLlamaLayer", "accelerate",
+           "build_in_background", "describe", "draft_level", "draft_linear", "exact_greedy", "four_bit_layers",
+           "fused_stack", "plan_for", "row_kernel_failure", "swap_layers", "use_tree_sdpa"]
 
 
 def accelerate(model: torch.nn.Module, plan: KernelPlan, int8_rows: bool = False, four_bit: bool = True) -> int:

@@ -18,7 +18,7 @@ from . import rows as rowkernel
 from .layer import LeanLlamaLayer
 from .linear import FastLinear
 
-_NONE_F32 = torch.empty(0)
+_NONE_F32, _NONE_BOOL = torch.empty(0), torch.empty(0, dtype=torch.bool)
 
 
 class FusedDraft:
@@ -91,5 +91,3 @@ class FusedDraft:
         layer.filled(past + rows)
         return logp, out, top_lp, top_ix
 
-
-_NONE_BOOL = torch.empty(0, dtype=torch.bool)

@@ -72,9 +72,8 @@ class _Drafter:
         """The head over `tokens` (visible: which of this step's drafted keys each sees; None: causal rows) ->
         (log-probs of the scored rows (every row, or the last: `last`), features, each scored row's top-k
         log-probs and vocabulary ids)."""
-        st, dev = self.st, self.decoder.device
-        fused = st.rows.level(tokens, feats, visible, st.head_len, positions, st.head_cache, last, k) \
-            if st.rows.level is not None else None
+        st, dev, level = self.st, self.decoder.device, self.st.rows.level
+        fused = level(tokens, feats, visible, st.head_len, positions, st.head_cache, last, k) if level else None
         if fused is not None:
             logp, out, lp, idx = fused
         else:

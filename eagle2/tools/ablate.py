@@ -72,8 +72,8 @@ def variant(name: str, model: str, head: str | None):
                    greedy=greedy, stack=stack, draft_level=cpu.draft_level if fused_draft else None)
 
 
-SWITCHED = ("no eight-row pass", "no prefetch ahead", "no int16 sums", "no streamed codes")  # the row kernel's
-# process-wide switches
+# the row kernel's process-wide switches
+SWITCHED = ("no eight-row pass", "no prefetch ahead", "no int16 sums", "no streamed codes")
 
 
 def run_variant(name: str, bundle, ids: list[int], cfg: DecodeConfig):

@@ -106,6 +106,12 @@ constexpr int64_t AHEAD = 2;
 // non-temporal, they pass through without pushing out what is read again soon (the draft head's weights, the
 // argmax's bounds, the caches' keys and values). Off (ablate): fetched like everything else.
 bool stream_codes = true;
+inline void fetch_code(const void* p) {
+  if (stream_codes)
+    _mm_prefetch(static_cast<const char*>(p), _MM_HINT_NTA);
+  else
+    _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+}
 bool prefetch_ahead = true;  // off (ablate): the int8 rows fetch one block ahead and the codes none
 
 void q8_block(const float* x, const int8_t* q, const float* scale, const float* bias, const float* slack,
@@ -366,15 +372,10 @@ inline void q4_pass(const float* x, const uint8_t* codes, const float* d, const 
   for (int b = 0; b < W; ++b)
     for (int r = 0; r < G; ++r) acc[b][r] = _mm512_setzero_ps();
   for (int64_t k = 0; k < nb; ++k) {
-    if (ahead && stream_codes) {  // over the nb steps, every line of those rows' codes, d and m (contiguous, W
-      // rows each step), fetched so as not to displace what the last-level cache holds (see stream_codes)
-      _mm_prefetch(reinterpret_cast<const char*>(codes + (n + ahead) * half + 16 * k * W), _MM_HINT_NTA);
-      _mm_prefetch(reinterpret_cast<const char*>(d + (n + ahead) * nb + k * W), _MM_HINT_NTA);
-      _mm_prefetch(reinterpret_cast<const char*>(m + (n + ahead) * nb + k * W), _MM_HINT_NTA);
-    } else if (ahead) {
-      _mm_prefetch(reinterpret_cast<const char*>(codes + (n + ahead) * half + 16 * k * W), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(d + (n + ahead) * nb + k * W), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(m + (n + ahead) * nb + k * W), _MM_HINT_T0);
+    if (ahead) {  // over the nb steps, every line of those rows' codes, d and m (contiguous, W rows each step)
+      fetch_code(codes + (n + ahead) * half + 16 * k * W);
+      fetch_code(d + (n + ahead) * nb + k * W);
+      fetch_code(m + (n + ahead) * nb + k * W);
     }
     __m512 lo[W], hi[W];
     for (int b = 0; b < W; ++b) {
