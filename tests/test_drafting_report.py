@@ -35,3 +35,18 @@ def test_report_times_every_depth_and_width_and_prices_the_limit():
                  and m.weight.dim() == 2)
     assert drafting.target_macs_per_row(bundle) == layers
     assert r["extra_row_of_gemm_rate"] is None or r["extra_row_of_gemm_rate"] > 0
+    assert set(r["verify_ms"]) == {"1", "2", "3", "8"} and set(r["extra_rows_ms"]) == {"2", "3", "1-8"}
+    assert drafting.format_report(r).count("\n") >= 3
+
+
+def test_the_fma_peak_is_the_arithmetic_of_its_chains():
+    """The peak counts 2 flops x 16 lanes x 12 chains a round on every thread: a rate no core can pass (64 flops a
+    cycle at 6 GHz) says the chains were optimised away or miscounted, and a rate far under a library's GEMM says the
+    chains wait on one another."""
+    import torch
+    from eagle2.cpu import rows
+
+    if rows.load() is None:
+        pytest.skip(f"row kernel not built: {rows.failure()}")
+    peak = drafting.fma_gflops(4_000_000)
+    assert 0.5 * drafting.gemm_gflops(512) <= peak <= 64 * 6 * torch.get_num_threads()

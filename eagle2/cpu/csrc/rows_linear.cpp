@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <vector>
 
@@ -785,6 +786,29 @@ torch::Tensor q4_linear(const torch::Tensor& x, const torch::Tensor& codes, cons
   return y.view(shape);
 }
 
+// GFLOP/s of fused multiply-adds alone on every thread of this process: twelve independent chains of sixteen lanes
+// each, `rounds` times, so nothing waits on memory or on a chain's latency. The CPU's arithmetic peak, which the
+// target's extra verified rows are measured against (python -m eagle2.tools.drafting).
+double fma_peak(int64_t rounds) {
+  const int64_t threads = at::get_num_threads();
+  std::atomic<int64_t> sink{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  at::parallel_for(0, threads, 1, [&](int64_t a, int64_t b) {
+    for (int64_t w = a; w < b; ++w) {
+      const __m512 x = _mm512_set1_ps(1.0000001f), y = _mm512_set1_ps(0.9999999f);
+      __m512 acc[12];
+      for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+      for (int64_t k = 0; k < rounds; ++k)
+        for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+      float total = 0.0f;
+      for (int i = 0; i < 12; ++i) total += _mm512_reduce_add_ps(acc[i]);
+      sink += total != 0.0f;  // the sums are used, so the chains are not optimised away
+    }
+  });
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return sink.load() >= 0 ? 2.0 * 16 * 12 * static_cast<double>(rounds) * threads / s / 1e9 : 0.0;
+}
+
 // The four-bit codes of a float32 (N, K) weight (eagle2/cpu/q4.py), or an empty codes tensor when some block
 // is not exactly sixteen values (d * j) + m: d tried as the span / 15 in half precision (as GGUF stores it),
 // its half-precision neighbours and in float32, then the span / 14, 13, ... 1 the same way.
@@ -1083,6 +1107,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("q8_upper", &q8_upper, "upper bounds on x @ w.T from int8 rows");
   m.def("llama_layer", &llama_layer, "one Llama decoder layer over a few rows, the cache written in place");
   m.def("q4_linear", &q4_linear, "float32 x @ w.T (+ bias) for four-bit weights that hold w exactly");
+  m.def("fma_peak", &fma_peak, "GFLOP/s of independent fused multiply-adds on every thread");
   m.def("q4_recode", &q4_recode, "four-bit codes that hold a float32 weight exactly, or empty codes");
   m.def("q8_greedy", &q8_greedy, "greedy tokens from int8 bounds, a shortlist and its exact logits",
         pybind11::arg("x"), pybind11::arg("q"), pybind11::arg("scale"), pybind11::arg("slack"), pybind11::arg("w"),
