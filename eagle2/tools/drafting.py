@@ -78,9 +78,7 @@ def fma_gflops(rounds: int = 20_000_000, reps: int = 3) -> float | None:
     """The CPU's fused-multiply-add peak in GFLOP/s with this process's threads (the best of `reps` runs of the row
     kernel's `fma_peak`), or None where the kernel is not built."""
     module = rowkernel.load()
-    if module is None or not hasattr(module, "fma_peak"):
-        return None
-    return max(module.fma_peak(rounds) for _ in range(reps))
+    return None if module is None else max(module.fma_peak(rounds) for _ in range(reps))
 
 
 def target_macs_per_row(bundle) -> int:
