@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from .config import DecodeConfig
 from .decode.engine import Decoder, encode_prompt
 from .loading import Bundle
-from .decode.records import StepRecord, summarise
+from .decode.records import StepRecord, step_phases, summarise
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,8 @@ class RunResult:
         return {"method": self.method, "text": self.text, "token_ids": self.token_ids,
                 "new_tokens": s.new_tokens, "target_forwards": s.target_forwards,
                 "mean_accept_length": s.mean_accept_length, "wall_s": s.wall_s,
-                "tokens_per_s": s.tokens_per_s, "steps": len(self.records) - 1}
+                "tokens_per_s": s.tokens_per_s, "steps": len(self.records) - 1,
+                "time": {k: round(v, 4) for k, v in step_phases(self.records, self.wall_s).items()}}
 
 
 _DECODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # bundle -> its decoder, freed with it

@@ -20,6 +20,11 @@ def test_generate_json_contract(capsys, embedded):
     assert out["method"] == "eagle2" and out["new_tokens"] == len(out["token_ids"]) <= 12
     # τ leaves out the prefill's forward and its one token (records.tau)
     assert out["mean_accept_length"] == pytest.approx((out["new_tokens"] - 1) / (out["target_forwards"] - 1))
+    # where the time went (records.step_phases): the prefill and the drafted steps' phases add up to the wall time
+    t = out["time"]
+    assert all(v >= 0 for v in t.values()) and t["draft_ms_per_step"] > 0 and t["verify_ms_per_step"] > 0
+    phases = sum(t[f"{k}_ms_per_step"] for k in ("draft", "verify", "commit", "rest"))
+    assert t["prefill_ms"] + out["steps"] * phases == pytest.approx(out["wall_s"] * 1e3, rel=1e-3, abs=0.05)
     curve = out["replayed_accept_length_by_nodes"]  # 1 node = plain decoding, then up to the 26-node default
     assert len(curve) == 26 and curve[0] == 1.0 and curve == sorted(curve)
     assert main(["generate", "--prompt", "Name three colours.", "--max-new-tokens", "6", "--json",

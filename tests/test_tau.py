@@ -9,7 +9,7 @@ import pytest
 
 from app_parts.session import Session, export_trace
 from app_parts.views import analysis_views, metrics_markdown
-from eagle2.decode.records import TAU_DEFINITION, tau, tau_counts
+from eagle2.decode.records import TAU_DEFINITION, step_phases, tau, tau_counts
 from tests.test_viz import analysis_records, plain_record
 from viz import cost_figure
 
@@ -27,6 +27,15 @@ def test_tau_leaves_the_prefill_out_and_counts_the_bonus():
     assert tau(_runs()["vanilla"]) == 1.0
     assert tau(recs[:1]) == 0.0 and tau([]) == 0.0  # no drafted step: no τ
     assert "prefill" in TAU_DEFINITION and "bonus" in TAU_DEFINITION
+
+
+def test_step_phases_split_a_runs_wall_time_by_the_records_own_timers():
+    recs = [plain_record(0, "a", ms=(0.0, 40.0, 0.0)), plain_record(1, "b", ms=(1.0, 5.0, 0.5)),
+            plain_record(2, "c", ms=(2.0, 7.0, 1.5))]
+    t = step_phases(recs, wall_s=0.0620)  # 40 of prefill, 17 in the steps' phases, 5 elsewhere
+    assert t == pytest.approx({"prefill_ms": 40.0, "draft_ms_per_step": 1.5, "verify_ms_per_step": 6.0,
+                               "commit_ms_per_step": 1.0, "rest_ms_per_step": 2.5})
+    assert step_phases(recs[:1], wall_s=0.04)["draft_ms_per_step"] == 0.0  # no drafted step: nothing a step
 
 
 def _table_tau(markdown: str) -> dict[str, float]:

@@ -180,6 +180,20 @@ def summarise(method: str, records: list[StepRecord], wall_s: float) -> RunSumma
     )
 
 
+def step_phases(records: list[StepRecord], wall_s: float) -> dict[str, float]:
+    """Where a run's time went, from its records' own timers: the prefill's ms, and per drafted step the mean ms
+    of drafting, of verifying (the target's forward over the tree and its verdicts), of committing, and of the
+    rest (building the record, the loop), which is the wall time those leave."""
+    steps = decoding_steps(records)
+    prefill = sum(r.draft_ms + r.verify_ms + r.commit_ms for r in records if r.step == 0)
+    n = len(steps)
+    draft, verify, commit = (sum(getattr(r, f) for r in steps) for f in ("draft_ms", "verify_ms", "commit_ms"))
+    rest = max(wall_s * 1e3 - prefill - draft - verify - commit, 0.0)
+    return {"prefill_ms": prefill, **{f"{k}_ms_per_step": v / n if n else 0.0 for k, v in
+                                                   (("draft", draft), ("verify", verify), ("commit", commit),
+                                                    ("rest", rest))}}
+
+
 NODE_FIELDS = frozenset(Node.__dataclass_fields__)
 RECORD_FIELDS = frozenset(StepRecord.__dataclass_fields__) | {"target_forwards"}
 LIST_FIELDS = ("nodes", "accepted", "new_tokens", "new_texts", "new_sources")
