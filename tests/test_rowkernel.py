@@ -68,6 +68,31 @@ def test_int8_rows_with_int16_inputs_stay_within_the_inputs_rounding_and_rows_st
     assert bool(out[[2, 4]].isnan().all()) and torch.equal(out[[0, 1, 3, 5, 6, 7, 8]], got[[0, 1, 3, 5, 6, 7, 8]])
 
 
+@pytest.mark.parametrize("k", [64, 576, 1536])
+def test_the_int16_inputs_are_each_row_over_its_step_rounded_half_to_even(built, k):
+    # What the int8 rows sum, pinned to the bit: z = x / s rounded half to even (clamped), s = max|x| / zmax in
+    # double, the integer sums exact, then float32 (sum) * (scale * s) + bias, the last two fused. Rows of zeros,
+    # tiny and huge values and exact halves take the same rule.
+    if not rowkernel.int16_sums(k):
+        pytest.skip("no AVX512-VNNI here: the int8 rows sum float32 inputs")
+    g = torch.Generator().manual_seed(k)
+    q = torch.randint(-128, 128, (48, k), dtype=torch.int8, generator=g)
+    scale, bias = torch.rand(48, generator=g) * 0.01, torch.randn(48, generator=g)
+    x = torch.randn(6, k, generator=g)
+    x[1] = 0.0
+    x[2] *= 1e-30
+    x[3] *= 1e30
+    x[4, 3] *= 1000
+    x[5] = torch.arange(k) % 7 - 3.0  # max 3: steps land on exact halves
+    zmax = min(16383, (2 ** 31 - 1) // (128 * k))
+    top = x.double().abs().amax(1, keepdim=True)
+    step = torch.where(top > 0, top / zmax, torch.ones_like(top))
+    z = (x.double() / step).round().clamp(-zmax, zmax).long()
+    # the product and the bias in one fused multiply-add (the product exact in double, the sum rounded to float32)
+    want = ((z @ q.long().T).float().double() * (scale * step.float()).double() + bias.double()).float()
+    assert torch.equal(rowkernel.q8_linear(x, q, scale, bias), want)
+
+
 def test_a_row_gets_the_same_bits_whatever_rows_share_the_call(built):
     g = torch.Generator().manual_seed(0)
     w = torch.randn(1031, 200, generator=g)  # K and N off the kernel's block sizes: the tails count too
