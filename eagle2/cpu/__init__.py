@@ -52,15 +52,13 @@ def four_bit_layers(model: torch.nn.Module) -> tuple[int, int]:
 def describe(plan: KernelPlan, target: torch.nn.Module, lean: int, stacked: bool = False,
              draft_levels: bool = False) -> str:
     """The kernels in words: the plan, the layer kind (`lean`: how many were swapped; `stacked`: all of them in
-    one call, `fused_stack`), the four-bit layers and whether a draft level is one call (`draft_level`), and
-    EAGLE-2's whole step (`FusedDraft.grow`)."""
+    one call, `fused_stack`), the four-bit layers and whether a draft level is one call (`draft_level`)."""
     fused = lean and all(getattr(layer, "fused", False) for layer in target.model.layers)
     four, four_bytes = four_bit_layers(target)
     layers = "; fused Llama layers" + (" in one call" if stacked else "") + " (1 to 32 rows)"
     return (plan.describe() + (layers if fused else "; lean Llama layers" if lean else "")
             + (f"; {four} layers from exact four-bit codes (+{four_bytes / 1e6:.0f} MB)" if four else "")
-            + ("; a draft level in one call" + (", an EAGLE-2 step too" if FusedDraft.GROW else "")
-               if draft_levels else ""))
+            + ("; a draft level in one call" if draft_levels else ""))
 
 
 def draft_linear(plan: KernelPlan, int8_rows: bool = False) -> Callable[[torch.Tensor], torch.nn.Module]:

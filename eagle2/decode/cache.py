@@ -15,13 +15,6 @@ from transformers.cache_utils import DynamicLayer
 MIN_ROOM = 256  # positions added at each reallocation (at least; the buffer at least doubles)
 
 
-def _front(view: torch.Tensor, buf: torch.Tensor) -> bool:
-    """Whether `view` starts where `buf` does (an empty view has no data pointer of its own: its storage's)."""
-    return view.data_ptr() == buf.data_ptr() or (
-        view.numel() == 0 and view.storage_offset() == 0
-        and view.untyped_storage().data_ptr() == buf.untyped_storage().data_ptr())
-
-
 class RoomyLayer(DynamicLayer):
     """A DynamicLayer whose keys and values are views of buffers with room to grow."""
 
@@ -33,8 +26,8 @@ class RoomyLayer(DynamicLayer):
     def _owns_keys(self) -> bool:
         """Whether `keys`/`values` are still the front of our buffers (anyone may have replaced them)."""
         return (self._k is not None and self.keys is not None and self.keys.dim() == 4
-                and _front(self.keys, self._k) and self.keys.stride() == self._k.stride()
-                and _front(self.values, self._v) and self.values.stride() == self._v.stride())
+                and self.keys.data_ptr() == self._k.data_ptr() and self.keys.stride() == self._k.stride()
+                and self.values.data_ptr() == self._v.data_ptr() and self.values.stride() == self._v.stride())
 
     def _reserve(self, new_k: torch.Tensor, new_v: torch.Tensor, n: int, needed: int) -> None:
         """Make room for `needed` positions, keeping the first `n`; buffers are shaped like the new states."""

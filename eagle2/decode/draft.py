@@ -33,11 +33,6 @@ class Drafter(Protocol):
     def logp_of(self, logp_row: torch.Tensor, token: int) -> float:
         """The draft's log-probability of one vocabulary token (floored)."""
 
-    def grow(self, depth: int, k: int, keep: int, prune: bool) -> list | None:
-        """Optional: EAGLE-2's whole growth for this step at once, where the drafter can (`grow_dynamic`'s rule,
-        `prune` as there): (parent, token, depth, rank, logp, score, expanded) of the pool in drafting order and
-        the kept nodes, as tensors; or None, and the tree grows level by level."""
-
 
 class DraftTree:
     """The pool of drafted candidates (pool[0] is the root) and the nodes kept for verification."""
@@ -111,11 +106,6 @@ class DraftTree:
         `cfg.min_prob` / `cfg.expand_prob` (eagle2_sized, ours) only nodes at least as likely are kept /
         expanded, so the tree's size follows the draft's confidence step by step."""
         floor, grow = floors(cfg.min_prob, cfg.expand_prob)
-        whole = getattr(self.drafter, "grow", None)
-        if whole is not None and not self.chain and floor == grow == -math.inf:
-            grown = whole(cfg.depth, cfg.top_k, cfg.total_tokens - 1, prune)
-            if grown is not None:
-                return self._adopt(grown)
         frontier = self._root(cfg.top_k)
         for d in range(1, cfg.depth):
             nodes = best(frontier, cfg.top_k, lambda i: self.pool[i].score)  # the most confident by cumulative score
@@ -132,14 +122,6 @@ class DraftTree:
         if self.chain:
             self._keep_chain()
         return self._kept
-
-    def _adopt(self, grown: list) -> list[int]:
-        """Take a pool grown in one call (`Drafter.grow`) as this tree's."""
-        parent, token, depth, rank, logp, score, expanded, kept = (t.tolist() for t in grown)
-        self.pool = [Candidate(parent=p, token=t, depth=d, rank=r, logp=lp, score=sc, expanded=e)
-                     for p, t, d, r, lp, sc, e in zip(parent, token, depth, rank, logp, score, expanded)]
-        self._kept = kept
-        return kept
 
     def _keep_chain(self) -> None:
         """The kept tree plus the whole lookup chain: its drafted nodes the rerank left out, and its tokens past

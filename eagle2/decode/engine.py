@@ -96,16 +96,6 @@ class _Drafter:
         st.head_len += t
         return logp[-1], out[-1], lp[-1], ids[-1]
 
-    def grow(self, depth: int, k: int, keep: int, prune: bool) -> list | None:
-        """The step's whole EAGLE-2 growth in one kernel call (eagle2/cpu/level.py), or None."""
-        st = self.st
-        grow = getattr(st.rows.level, "grow", None)
-        got = None if grow is None else grow(st.pend_tokens[0], st.pend_feats, st.rows.ids, st.root, st.head_cache,
-                                             depth, k, keep, prune)
-        if got is not None:
-            st.head_len += st.pend_tokens.shape[1]
-        return got
-
     def level(self, tokens, feats, visible, depth, k):  # the nodes sit one position past their parents
         return self._run(tokens, feats, visible, [self.st.head_len - 1 + depth] * len(tokens), k)
 

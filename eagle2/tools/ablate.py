@@ -34,8 +34,6 @@ VARIANTS = {
     "no fused layers": "the lean layers' PyTorch operations instead of one kernel call per layer for 1 to 32 rows",
     "no fused draft level": "a draft level as the head's own PyTorch operations (embedding, fc, rotary, the fused "
                             "layer, the lm_head rows, log-softmax, top-k) instead of one kernel call",
-    "no whole draft step": "EAGLE-2's levels one kernel call each, its pool and rerank in Python between them, "
-                           "instead of the whole step in one call (`FusedDraft.grow`)",
     "no fused stack": "the fused layers called one by one from Python instead of all thirty in one kernel call",
     "no four-bit codes": "the row kernel over the float32 weights instead of their exact four-bit codes",
     "no eight-row pass": "five to eight rows of four-bit products expanded into L1 and multiplied four rows a pass "
@@ -74,8 +72,8 @@ def variant(name: str, model: str, head: str | None):
                    greedy=greedy, stack=stack, draft_level=cpu.draft_level if fused_draft else None)
 
 
-# the row kernel's process-wide switches, and the fused draft's
-SWITCHED = ("no eight-row pass", "no prefetch ahead", "no int16 sums", "no streamed codes", "no whole draft step")
+# the row kernel's process-wide switches
+SWITCHED = ("no eight-row pass", "no prefetch ahead", "no int16 sums", "no streamed codes")
 
 
 def run_variant(name: str, bundle, ids: list[int], cfg: DecodeConfig):
@@ -86,7 +84,6 @@ def run_variant(name: str, bundle, ids: list[int], cfg: DecodeConfig):
         kernel.set_prefetch(name != SWITCHED[1])
         kernel.set_int16_sums(name != SWITCHED[2])
         kernel.set_stream_codes(name != SWITCHED[3])
-    cpu.FusedDraft.GROW = name != SWITCHED[4]
     return run(bundle, ids, cfg)
 
 

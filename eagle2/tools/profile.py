@@ -34,10 +34,9 @@ from ..policies import DYNAMIC, PLAIN, STATIC
 PAGE_SIZES = (3, 4, 5, 6, 8, 10, 12, 16, 20, 26)
 PAGE_DEPTHS = (2, 3, 4, 5, 6)
 PAGE_PROMPTS = 4  # tuning prompts warmed up on (the tuner's first four kinds of task)
-# 9: EAGLE-2's whole draft step in one call; 8: a draft level in one call, the target's codes streamed; 7: sizes
-# from 3 nodes; 6: int8 rows times int16 inputs; 5: weights fetched ahead, eight rows in registers; 4: the layers
-# in one call
-VERSION = 9
+# 8: a draft level in one call, the target's codes streamed; 7: sizes from 3 nodes; 6: int8 rows times int16
+# inputs; 5: weights fetched ahead, eight rows in registers; 4: the layers in one call
+VERSION = 8
 HOW = ("verify timed at each size in 8 interleaved rounds (the first a warm-up) and drafting at each depth in 3, "
        "as a chain and at full width, each cost the median of its rounds, made non-decreasing in rows and depth")
 RECHECK = 0.2  # a run whose verify cost differs from the profile's by more than this share has it measured again

@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <functional>
 #include <cmath>
 #include <vector>
 
@@ -156,51 +155,25 @@ struct Int16Rows {
   std::vector<double> s, e;   // (M): the scale and the bound on |e_mi|
 };
 
-// The same z, s and e as a scalar loop would give (the division, the rounding to nearest even and the clamp are
-// exact operations, lane by lane), eight doubles at a time; K is a multiple of 16 here (`int16_sums`).
-__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl")))
 Int16Rows int16_rows(const float* x, int64_t M, int64_t K) {
   Int16Rows r{std::vector<int16_t>(M * K), std::vector<double>(M), std::vector<double>(M)};
   // |q| <= 128 even for a row that holds -128 (ours stop at 127): no sum of K products can leave int32
   const double zmax = std::min<double>(16383, std::floor(2147483647.0 / (128.0 * static_cast<double>(K))));
-  const __m512 sign = _mm512_set1_ps(-0.0f);
   for (int64_t m = 0; m < M; ++m) {
     const float* xm = x + m * K;
-    __m512 top16 = _mm512_setzero_ps();
-    __mmask16 bad = 0;
-    int64_t i = 0;
-    for (; i + 16 <= K; i += 16) {
-      const __m512 v = _mm512_loadu_ps(xm + i);
-      bad |= _mm512_fpclass_ps_mask(v, 0x99);  // NaN or infinite
-      top16 = _mm512_max_ps(top16, _mm512_andnot_ps(sign, v));
-    }
-    double top = _mm512_reduce_max_ps(top16);
-    bool finite = bad == 0;
-    for (; i < K; ++i) {
+    double top = 0;
+    bool finite = true;
+    for (int64_t i = 0; i < K; ++i) {
       top = std::max(top, std::fabs(static_cast<double>(xm[i])));
       finite &= std::isfinite(xm[i]);
     }
     // a row with an inf or a NaN gives NaN outputs and bounds, as float32 sums would (a bound that is NaN
     // settles nothing: the full lm_head decides)
     const double s = !finite ? std::nan("") : top > 0 ? top / zmax : 1.0;
-    int16_t* zm = r.z.data() + m * K;
     double e = 0;
-    i = 0;
-    if (finite) {
-      const __m512d sv = _mm512_set1_pd(s), lo = _mm512_set1_pd(-zmax), hi = _mm512_set1_pd(zmax);
-      __m512d e8 = _mm512_setzero_pd();
-      for (; i + 8 <= K; i += 8) {
-        const __m512d xd = _mm512_cvtps_pd(_mm256_loadu_ps(xm + i));
-        const __m512d z = _mm512_min_pd(hi, _mm512_max_pd(lo, _mm512_roundscale_pd(
-            _mm512_div_pd(xd, sv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(zm + i), _mm512_cvtepi64_epi16(_mm512_cvtpd_epi64(z)));
-        e8 = _mm512_max_pd(e8, _mm512_abs_pd(_mm512_sub_pd(xd, _mm512_mul_pd(sv, z))));
-      }
-      e = _mm512_reduce_max_pd(e8);
-    }
-    for (; i < K; ++i) {
+    for (int64_t i = 0; i < K; ++i) {
       const double z = std::max(-zmax, std::min(zmax, std::nearbyint(xm[i] / s)));
-      zm[i] = static_cast<int16_t>(z);
+      r.z[m * K + i] = static_cast<int16_t>(z);
       e = std::max(e, std::fabs(xm[i] - s * z));
     }
     r.s[m] = s;
@@ -1127,123 +1100,6 @@ struct DraftLevel {
     }
     return {out, logp, top_lp, top_ix};
   }
-
-  // One step of EAGLE-2's growth, as eagle2/decode/draft.py's `grow_dynamic` grows it (the paper's rule): feed
-  // the head the pairs committed since the last step (tokens (t,), features (t, H), causal over the `past`
-  // positions of the head cache, in pieces of at most 32 rows), the root's top-k children from the last row;
-  // then at each depth expand the top-k frontier nodes by cumulative log-probability (ties to the earlier node),
-  // with `prune` skipping those at or below the keep-th best score drafted so far (none of their descendants
-  // could be kept), each seeing its drafted ancestors; then keep the root and the best `keep` nodes, parents
-  // first. Scores are sums in double of the float32 top-k log-probabilities, as Python's floats are. `ids` maps a
-  // column of the lm_head rows to its vocabulary id (empty: the same). The cache needs room for t + (depth - 1)
-  // top_k rows. -> (parent, token, depth, rank, logp, score, expanded, kept): the pool in drafting order.
-  std::vector<torch::Tensor> grow(const torch::Tensor& tokens, const torch::Tensor& feats, const torch::Tensor& ids,
-                                  const torch::Tensor& kbuf, const torch::Tensor& vbuf, int64_t past, int64_t root,
-                                  int64_t depth, int64_t top_k, int64_t keep, bool prune) const {
-    const int64_t t = tokens.numel(), H = embed.size(1), n = lm_q.size(0);
-    TORCH_CHECK(t > 0 && feats.numel() == t * H && depth >= 1 && keep >= 1, "pairs, depth and keep");
-    TORCH_CHECK(ids.numel() == 0 || (ids.scalar_type() == torch::kLong && ids.is_contiguous() && ids.numel() == n),
-                "ids: one vocabulary id per lm_head row");
-    const int64_t* idp = ids.numel() ? ids.data_ptr<int64_t>() : nullptr;
-    const auto f32 = feats.options().dtype(torch::kFloat);
-    const auto i64 = feats.options().dtype(torch::kLong);
-    struct Cand { int64_t parent, token, depth, rank; double logp, score; bool expanded; int64_t feat; };
-    std::vector<Cand> pool{{-1, root, 0, 0, 0.0, 0.0, false, -1}};
-    std::vector<float> fbuf;  // the head's output at each expanded node's row: its children's input feature
-    auto add_children = [&](int64_t p, const float* lp, const int64_t* ix, const float* feat) {
-      pool[p].expanded = true;
-      const int64_t row = static_cast<int64_t>(fbuf.size()) / H;
-      fbuf.insert(fbuf.end(), feat, feat + H);
-      std::vector<int64_t> added;
-      for (int64_t r = 0; r < top_k; ++r) {
-        pool.push_back({p, idp ? idp[ix[r]] : ix[r], pool[p].depth + 1, r, static_cast<double>(lp[r]),
-                        pool[p].score + static_cast<double>(lp[r]), false, row});
-        added.push_back(static_cast<int64_t>(pool.size()) - 1);
-      }
-      return added;
-    };
-    auto by_score = [&](std::vector<int64_t>& v) {  // best first, ties to the earlier node (a stable sort)
-      std::stable_sort(v.begin(), v.end(), [&](int64_t a, int64_t b) { return pool[a].score > pool[b].score; });
-    };
-    // the committed pairs; only the last row is scored
-    const auto tok = tokens.reshape({t}).to(torch::kLong).contiguous();
-    const auto ft = feats.reshape({t, H}).to(torch::kFloat).contiguous();
-    std::vector<int64_t> frontier;
-    for (int64_t a = 0; a < t; a += 32) {
-      const int64_t b = std::min(t, a + 32);
-      auto r = run(tok.slice(0, a, b).contiguous(), ft.slice(0, a, b).contiguous(),
-                   torch::arange(past + a, past + b, i64), kbuf, vbuf, past + a, past + a,
-                   torch::empty({0}, feats.options().dtype(torch::kBool)), b - a - 1, top_k);
-      if (b == t)
-        frontier = add_children(0, r[2].data_ptr<float>(), r[3].data_ptr<int64_t>(),
-                                r[0].data_ptr<float>() + (b - a - 1) * H);
-    }
-    const int64_t committed = past + t;
-    int64_t filled = committed;
-    std::vector<int64_t> drafted;
-    for (int64_t d = 1; d < depth; ++d) {
-      std::vector<int64_t> nodes = frontier;
-      by_score(nodes);
-      if (static_cast<int64_t>(nodes.size()) > top_k) nodes.resize(top_k);
-      if (prune && static_cast<int64_t>(pool.size()) - 1 >= keep) {  // the keep-th best drafted score so far
-        std::vector<double> scores;
-        for (size_t i = 1; i < pool.size(); ++i) scores.push_back(pool[i].score);
-        std::nth_element(scores.begin(), scores.begin() + (keep - 1), scores.end(), std::greater<double>());
-        const double cut = scores[keep - 1];
-        nodes.erase(std::remove_if(nodes.begin(), nodes.end(), [&](int64_t i) { return !(pool[i].score > cut); }),
-                    nodes.end());
-      }
-      if (nodes.empty()) break;
-      const int64_t M = static_cast<int64_t>(nodes.size()), keys = static_cast<int64_t>(drafted.size()) + M;
-      std::vector<int64_t> where(pool.size(), -1);
-      for (size_t j = 0; j < drafted.size(); ++j) where[drafted[j]] = static_cast<int64_t>(j);
-      for (int64_t q = 0; q < M; ++q) where[nodes[q]] = static_cast<int64_t>(drafted.size()) + q;
-      auto visible = torch::zeros({M, keys}, feats.options().dtype(torch::kBool));
-      auto lt = torch::empty({M}, i64), lpos = torch::empty({M}, i64);
-      auto lf = torch::empty({M, H}, f32);
-      bool* vp = visible.data_ptr<bool>();
-      for (int64_t q = 0; q < M; ++q) {
-        for (int64_t a = nodes[q]; a > 0; a = pool[a].parent) vp[q * keys + where[a]] = true;
-        lt.data_ptr<int64_t>()[q] = pool[nodes[q]].token;
-        lpos.data_ptr<int64_t>()[q] = committed - 1 + pool[nodes[0]].depth;
-        std::copy(fbuf.begin() + pool[nodes[q]].feat * H, fbuf.begin() + (pool[nodes[q]].feat + 1) * H,
-                  lf.data_ptr<float>() + q * H);
-      }
-      auto r = run(lt, lf, lpos, kbuf, vbuf, filled, committed, visible, 0, top_k);
-      filled += M;
-      drafted.insert(drafted.end(), nodes.begin(), nodes.end());
-      frontier.clear();
-      for (int64_t q = 0; q < M; ++q) {
-        auto added = add_children(nodes[q], r[2].data_ptr<float>() + q * top_k, r[3].data_ptr<int64_t>() + q * top_k,
-                                  r[0].data_ptr<float>() + q * H);
-        frontier.insert(frontier.end(), added.begin(), added.end());
-      }
-    }
-    std::vector<int64_t> order;
-    for (size_t i = 1; i < pool.size(); ++i) order.push_back(static_cast<int64_t>(i));
-    by_score(order);
-    if (static_cast<int64_t>(order.size()) > keep) order.resize(keep);
-    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-      return pool[a].depth != pool[b].depth ? pool[a].depth < pool[b].depth : a < b;
-    });
-    const int64_t P = static_cast<int64_t>(pool.size());
-    auto parent = torch::empty({P}, i64), token = torch::empty({P}, i64), dep = torch::empty({P}, i64),
-         rank = torch::empty({P}, i64), kept = torch::empty({static_cast<int64_t>(order.size()) + 1}, i64);
-    auto logp = torch::empty({P}, feats.options().dtype(torch::kDouble)), score = torch::empty_like(logp);
-    auto expanded = torch::empty({P}, feats.options().dtype(torch::kBool));
-    for (int64_t i = 0; i < P; ++i) {
-      parent.data_ptr<int64_t>()[i] = pool[i].parent;
-      token.data_ptr<int64_t>()[i] = pool[i].token;
-      dep.data_ptr<int64_t>()[i] = pool[i].depth;
-      rank.data_ptr<int64_t>()[i] = pool[i].rank;
-      logp.data_ptr<double>()[i] = pool[i].logp;
-      score.data_ptr<double>()[i] = pool[i].score;
-      expanded.data_ptr<bool>()[i] = pool[i].expanded;
-    }
-    kept.data_ptr<int64_t>()[0] = 0;
-    for (size_t j = 0; j < order.size(); ++j) kept.data_ptr<int64_t>()[j + 1] = order[j];
-    return {parent, token, dep, rank, logp, score, expanded, kept};
-  }
 };
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -1273,7 +1129,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, double,
                           std::vector<torch::Tensor>, double, int64_t, int64_t, torch::Tensor, torch::Tensor,
                           torch::Tensor, torch::Tensor>())
-      .def("run", &DraftLevel::run, "a draft head's level over a few nodes: features, log-probs and top-k")
-      .def("grow", &DraftLevel::grow, "one step of EAGLE-2's growth: the pool in drafting order and the kept nodes");
+      .def("run", &DraftLevel::run, "a draft head's level over a few nodes: features, log-probs and top-k");
   m.def("rows_linear", &rows_linear, "float32 x @ w.T (+ bias) for a few rows; rows independent");
 }
