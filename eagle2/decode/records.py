@@ -186,12 +186,10 @@ def step_phases(records: list[StepRecord], wall_s: float) -> dict[str, float]:
     rest (building the record, the loop), which is the wall time those leave."""
     steps = decoding_steps(records)
     prefill = sum(r.draft_ms + r.verify_ms + r.commit_ms for r in records if r.step == 0)
+    totals = {k: sum(getattr(r, f"{k}_ms") for r in steps) for k in ("draft", "verify", "commit")}
+    totals["rest"] = max(wall_s * 1e3 - prefill - sum(totals.values()), 0.0)
     n = len(steps)
-    draft, verify, commit = (sum(getattr(r, f) for r in steps) for f in ("draft_ms", "verify_ms", "commit_ms"))
-    rest = max(wall_s * 1e3 - prefill - draft - verify - commit, 0.0)
-    return {"prefill_ms": prefill, **{f"{k}_ms_per_step": v / n if n else 0.0 for k, v in
-                                                   (("draft", draft), ("verify", verify), ("commit", commit),
-                                                    ("rest", rest))}}
+    return {"prefill_ms": prefill, **{f"{k}_ms_per_step": v / n if n else 0.0 for k, v in totals.items()}}
 
 
 NODE_FIELDS = frozenset(Node.__dataclass_fields__)
