@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from eagle2 import cpu
-from eagle2.tools.bench import by_category, format_categories, format_table, run_bench
+from eagle2.tools.bench import by_category, format_categories, format_phases, format_table, run_bench
 from eagle2.tools.prompts import PromptRow, read_rows
 from eagle2.config import DecodeConfig
 from eagle2.loading import Bundle, stock_target
@@ -111,3 +111,19 @@ def test_runs_in_separate_processes_can_be_checked_token_for_token(tiny):
     plain, e2 = run(["vanilla"]), run(["eagle2"])
     assert [p["eagle2"] for p in e2["per_prompt_tokens"]] == [p["vanilla"] for p in plain["per_prompt_tokens"]]
     assert [len(p["eagle2"]) for p in e2["per_prompt_tokens"]] == [p["eagle2"] for p in e2["per_prompt"]]
+
+
+def test_each_methods_time_splits_its_wall_time_by_the_records_own_timers(tiny):
+    prompts = ["abcab", "ponm"]
+    res = run_bench(_bundle(tiny), prompts, ["vanilla", "eagle2"], lambda m: DecodeConfig(method=m, max_new_tokens=6),
+                    6, progress=lambda s: None)
+    for m, r in res["methods"].items():
+        t = r["time"]
+        assert t["steps"] > 0 and t["verify_ms_per_step"] > 0
+        phases = sum(t[f"{k}_ms_per_step"] for k in ("draft", "verify", "commit", "rest"))
+        assert t["prefill_ms"] * len(prompts) + phases * t["steps"] == pytest.approx(r["wall_s"] * 1e3, rel=1e-3)
+    assert res["methods"]["eagle2"]["time"]["draft_ms_per_step"] > res["methods"]["vanilla"]["time"]["draft_ms_per_step"]
+    table = format_phases(res).splitlines()
+    assert [line.split()[0] for line in table[1:]] == ["vanilla", "eagle2"]
+    peers_only = {"methods": {"hf_greedy": {**res["methods"]["vanilla"], "time": None}}}
+    assert format_phases(peers_only) == ""

@@ -180,16 +180,33 @@ def summarise(method: str, records: list[StepRecord], wall_s: float) -> RunSumma
     )
 
 
-def step_phases(records: list[StepRecord], wall_s: float) -> dict[str, float]:
-    """Where a run's time went, from its records' own timers: the prefill's ms, and per drafted step the mean ms
-    of drafting, of verifying (the target's forward over the tree and its verdicts), of committing, and of the
-    rest (building the record, the loop), which is the wall time those leave."""
+PHASES = ("draft", "verify", "commit", "rest")  # a drafted step's phases, in the order they run
+
+
+def phase_totals(records: list[StepRecord], wall_s: float) -> dict[str, float]:
+    """Where a run's time went, from its records' own timers, as sums that add over runs: `runs` (1), `steps` (the
+    drafted steps), the prefill's ms, and the drafted steps' ms of drafting, of verifying (the target's forward
+    over the tree and its verdicts), of committing, and of the rest (building the record, the loop), which is
+    the wall time those leave."""
     steps = decoding_steps(records)
     prefill = sum(r.draft_ms + r.verify_ms + r.commit_ms for r in records if r.step == 0)
-    totals = {k: sum(getattr(r, f"{k}_ms") for r in steps) for k in ("draft", "verify", "commit")}
-    totals["rest"] = max(wall_s * 1e3 - prefill - sum(totals.values()), 0.0)
-    n = len(steps)
-    return {"prefill_ms": prefill, **{f"{k}_ms_per_step": v / n if n else 0.0 for k, v in totals.items()}}
+    totals = {f"{k}_ms": sum(getattr(r, f"{k}_ms") for r in steps) for k in PHASES[:3]}
+    totals["rest_ms"] = max(wall_s * 1e3 - prefill - sum(totals.values()), 0.0)
+    return {"runs": 1, "steps": len(steps), "prefill_ms": prefill, **totals}
+
+
+def per_step(totals: dict[str, float]) -> dict[str, float]:
+    """`phase_totals` (of one run, or added over runs) as the prefill's mean ms a run and each phase's mean ms a
+    drafted step."""
+    n = totals["steps"]
+    return {"prefill_ms": totals["prefill_ms"] / max(totals["runs"], 1),
+            **{f"{k}_ms_per_step": totals[f"{k}_ms"] / n if n else 0.0 for k in PHASES}}
+
+
+def step_phases(records: list[StepRecord], wall_s: float) -> dict[str, float]:
+    """Where one run's time went (`phase_totals`): the prefill's ms, and per drafted step the mean ms of each
+    phase."""
+    return per_step(phase_totals(records, wall_s))
 
 
 NODE_FIELDS = frozenset(Node.__dataclass_fields__)

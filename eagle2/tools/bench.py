@@ -20,7 +20,7 @@ import torch
 
 from ..config import STATIC_PRESET
 from ..decode.methods import LABELS, OURS, PEERS, STATIC_NODES, Shared, config_for, settings_of
-from ..decode.records import tau_counts
+from ..decode.records import per_step, phase_totals, tau_counts
 from ..inputs import whole_arg
 from ..loading import stock_target
 from ..policies import DYNAMIC, HF_GREEDY, STATIC, VANILLA, policy
@@ -67,7 +67,9 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
             _hf(peer, encoded[0], 8, policy(m).lookup)
     # "tau": the (tokens, target forwards) that τ counts (`records.tau_counts`), pooled over prompts; None for
     # transformers' peers, whose forwards are not recorded
-    totals = {m: {"tokens": 0, "wall": 0.0, "tau": (0, 0), "match": 0} for m in methods}
+    # "phases": the runs' `records.phase_totals` added up, for where each method's time went; None for the peers
+    totals = {m: {"tokens": 0, "wall": 0.0, "tau": (0, 0), "match": 0, "phases": None if m in PEERS else {}}
+              for m in methods}
     per_prompt, per_tau, per_tokens = [], [], []
     for i, ids in enumerate(encoded):
         outs, counts = {}, {}
@@ -76,6 +78,9 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
                 res = run(bundle, ids, cfg_for(m))
                 toks, wall = res.token_ids, res.wall_s
                 got = tau_counts(res.records)
+                phases = totals[m]["phases"]
+                for k, v in phase_totals(res.records, wall).items():
+                    phases[k] = phases.get(k, 0) + v
             else:
                 toks, wall = _hf(peer, ids, max_new, policy(m).lookup)
                 got = None
@@ -106,6 +111,8 @@ def run_bench(bundle, prompts: list[str], methods: list[str], cfg_for, max_new: 
             "matches_vanilla": t["match"] / len(encoded) if has_ref else None,  # None: no greedy reference ran
             "new_tokens": t["tokens"],
             "wall_s": t["wall"],
+            "time": None if t["phases"] is None else {**{k: round(v, 4) for k, v in per_step(t["phases"]).items()},
+                                                      "steps": t["phases"]["steps"]},
             "label": labels[m],
             "settings": settings_of(cfg_for(m)) if m not in PEERS else
             {"max_new_tokens": max_new, "kernels": PEER_KERNELS,
@@ -186,6 +193,19 @@ def format_table(res: dict) -> str:
         rows.append(f"{m:<20} {f(r['mean_accept_length'], '.2f'):>6} {r['tokens_per_s']:>8.2f} "
                     f"{f(r['speedup_vs_vanilla'], '.2f'):>10} {f(r['speedup_vs_hf_greedy'], '.2f'):>7} "
                     f"{f(r['matches_vanilla'], '.2f'):>9}  {describe_settings(r['settings'])}")
+    return "\n".join(rows)
+
+
+def format_phases(res: dict) -> str:
+    """Where each of our methods' time went (`time`: the records' own timers, pooled over the prompts): a drafted
+    step's mean ms in each phase, and the prefill's mean ms a prompt; empty when only peers ran."""
+    ours = {m: r["time"] for m, r in res["methods"].items() if r.get("time")}
+    if not ours:
+        return ""
+    rows = [f"{'ms a step':<20} {'drafting':>9} {'verifying':>10} {'committing':>11} {'rest':>6} {'prefill a prompt':>17}"]
+    for m, t in ours.items():
+        rows.append(f"{m:<20} {t['draft_ms_per_step']:>9.2f} {t['verify_ms_per_step']:>10.2f} "
+                    f"{t['commit_ms_per_step']:>11.2f} {t['rest_ms_per_step']:>6.2f} {t['prefill_ms']:>17.1f}")
     return "\n".join(rows)
 
 
@@ -282,6 +302,9 @@ def cmd_bench(args: argparse.Namespace) -> None:
         res["categories"] = cats
     print(f"comparison: {res['comparison']}")
     print(format_table(res))
+    phases = format_phases(res)
+    if phases:
+        print(phases)
     if len(cats) > 1:
         print(format_categories(cats))
     if args.equal_budgets and shared.temperature == 0.0 and any(m in OURS and policy(m).drafts for m in methods):
