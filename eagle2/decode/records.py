@@ -199,7 +199,7 @@ def per_step(totals: dict[str, float]) -> dict[str, float]:
     """`phase_totals` (of one run, or added over runs) as the prefill's mean ms a run and each phase's mean ms a
     drafted step."""
     n = totals["steps"]
-    return {"prefill_ms": totals["prefill_ms"] / max(totals["runs"], 1),
+    return {"prefill_ms": totals["prefill_ms"] / totals["runs"],
             **{f"{k}_ms_per_step": totals[f"{k}_ms"] / n if n else 0.0 for k in PHASES}}
 
 
