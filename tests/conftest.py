@@ -35,11 +35,12 @@ class CharTokenizer:
         return {"input_ids": [(ord(c) - 97) % 26 for c in text]}
 
 
-def tiny_target(vocab: int = 16, seed: int = 0, std: float = 0.02) -> LlamaForCausalLM:
-    """A 2-layer random Llama (float32, sdpa) small enough to run thousands of times."""
+def tiny_target(vocab: int = 16, seed: int = 0, std: float = 0.02, heads: int = 4, kv_heads: int = 2
+                ) -> LlamaForCausalLM:
+    """A 2-layer random Llama (float32, sdpa) small enough to run thousands of times (head size 64 / heads)."""
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=512,
                       initializer_range=std, tie_word_embeddings=False)
     cfg._attn_implementation = "sdpa"
     model = LlamaForCausalLM(cfg).eval()

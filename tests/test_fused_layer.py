@@ -53,10 +53,10 @@ def counting(monkeypatch):
     return kernel_proxy(monkeypatch, Counting)
 
 
-def models(four_bit: bool):
+def models(four_bit: bool, heads: int = 4, kv_heads: int = 2):
     """(stock, fused): the same tiny Llama, the second with FastLinears and fused layers; with `four_bit` its
     weights are GGUF-Q4_1-like values, so the fused layer reads four-bit codes."""
-    stock = tiny_target(vocab=32, std=0.5)
+    stock = tiny_target(vocab=32, std=0.5, heads=heads, kv_heads=kv_heads)
     if four_bit:
         with torch.no_grad():
             for i, lin in enumerate(m for m in stock.model.layers.modules() if type(m) is torch.nn.Linear):
@@ -141,13 +141,19 @@ def test_the_lean_path_runs_where_the_fused_one_does_not_apply(counting):
     assert not any(layer.fused for layer in off.model.layers)
 
 
-def test_a_tree_row_gets_the_bits_of_one_row_steps_along_its_path(counting):
+# (prompt tokens, heads, key-value heads): head size 16 over a short cache; head size 64 (the embedded model's,
+# which sums the values in its own loop) over a cache of several sixteen-key blocks
+PROMPTS = ((7, 4, 2), (70, 1, 1))
+
+
+@pytest.mark.parametrize("prompt_len,heads,kv_heads", PROMPTS)
+def test_a_tree_row_gets_the_bits_of_one_row_steps_along_its_path(counting, prompt_len, heads, kv_heads):
     """Each row's norms, attention and sums are its own (masked keys add exact zeros), so a verified node has
     the bits that decoding its path one token at a time gives: a near tie at the argmax resolves the same way in
     every method of ours."""
-    _, fused = models(four_bit=True)
+    _, fused = models(four_bit=True, heads=heads, kv_heads=kv_heads)
     torch.manual_seed(5)
-    prompt, tokens, parents = torch.randint(0, 32, (1, 7)), [5, 9, 11, 3, 8], [-1, 0, 0, 1, 2]
+    prompt, tokens, parents = torch.randint(0, 32, (1, prompt_len)), [5, 9, 11, 3, 8], [-1, 0, 0, 1, 2]
 
     def prefilled():
         cache = new_cache(fused.config)
