@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 
 from eagle2.api import decoder_for
-from eagle2.tools.autotune import (EXPAND_TIMES, MARGIN, MIN_PROBS, Option, choose, label, time_verify, tune,
-                                  warmup_texts)
+from eagle2.tools.autotune import (EXPAND_TIMES, MARGIN, MIN_PROBS, Option, choose, expand_width, label, time_verify,
+                                  tune, warmup_texts)
 from eagle2.tools.replay import accept_top_k, accept_with_floors, replay_runs, replay_tau
 from eagle2.config import DecodeConfig
 from eagle2.decode.engine import Decoder, encode_prompt
@@ -180,9 +180,26 @@ def test_a_smaller_top_k_replays_what_the_engine_accepts(tiny):
     assert exact >= 0.9 * (exact + below)
 
 
+def test_a_level_expands_no_more_nodes_than_the_tuner_prices_it_at(tiny):
+    """Below the root's children, a level of an n-node EAGLE-2 tree expands at most min(top-k, n - 2) nodes (the
+    early cut), and the engine reaches that width: `expand_width`, which prices each option, is that bound."""
+    from collections import Counter
+
+    dec, widest = _decoder(tiny), Counter()
+    for n in (3, 4, 5, 6, 8):
+        for k in (2, 4):
+            cfg = DecodeConfig(method="eagle2", total_tokens=n, depth=4, top_k=k, max_new_tokens=12)
+            for ids in PROMPTS[:4]:
+                for rec in list(dec.run(ids, cfg))[1:]:
+                    levels = Counter(node.depth for node in rec.nodes if node.expanded and node.depth >= 1)
+                    widest[n, k] = max(widest[n, k], *levels.values(), 0)
+    assert all(expand_width(n, k) == w for (n, k), w in widest.items()), widest
+    assert expand_width(2, 4) == 1  # a 2-node tree drafts no such level: priced at the narrowest timing
+
+
 def test_drafting_is_priced_at_the_width_a_tree_can_expand():
-    """A level of an n-node EAGLE-2 tree expands at most min(top-k, n - 1) nodes; its drafting cost lies between
-    the chain's and the full width's timings, linear in the width, and never outside them."""
+    """A level's drafting cost lies between the chain's and the full width's timings, linear in the width, and
+    never outside them."""
     from eagle2.tools.autotune import draft_cost
 
     by_width = {1: {1: 2.0, 2: 4.0}, 10: {1: 2.0, 2: 13.0}}

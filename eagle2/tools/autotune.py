@@ -154,6 +154,14 @@ def time_drafting_by_width(dec: Decoder, prompt_ids: list[int], cfg: DecodeConfi
     return {w: monotone({d: statistics.median(ms[w, d]) for d in depths}) for w in widths}
 
 
+def expand_width(nodes: int, top_k: int) -> int:
+    """The most nodes a level below the root's children expands in an n-node EAGLE-2 tree (no lookup branch).
+    With the early cut (`rerank.cutoff`) a node is expanded only when it scores strictly above the (n - 1)-th best
+    drafted score, which at most n - 2 nodes do, and a level expands at most top-k; at least one, the timings'
+    narrowest (a tree of 2 nodes drafts no such level)."""
+    return max(1, min(top_k, nodes - 2))
+
+
 def draft_cost(by_width: dict[int, dict[int, float]], depth: int, width: int) -> float:
     """ms of drafting `depth` levels that expand at most `width` nodes each, from `time_drafting_by_width`: linear
     in the width between the narrowest and widest timed (a level's cost is mostly fixed: the head's call, its
@@ -244,16 +252,15 @@ def _options(dec: Decoder, prompts: list[list[int]], base: DecodeConfig, sizes, 
             f"{vocab})")
         runs.append([r for r, _ in _timed_steps(dec, ids, big)])
     # ms of a step outside verify at each depth: drafting, commit, building the record, timed with every level
-    # drafted in full, one node wide (a chain) and as wide as the largest top-k. With the early cut
-    # (`rerank.cutoff`) a level of an n-node tree expands at most min(top-k, n - 1) nodes (no more can score
-    # above the cut), so each option is priced at that width, between the two timings (`draft_cost`): the full
-    # width alone would overprice narrow deep trees, EAGLE-2's, against EAGLE-1's, which are timed as cut.
+    # drafted in full, one node wide (a chain) and as wide as the largest top-k. Each option is priced at the
+    # width its levels can reach (`expand_width`), between the two timings (`draft_cost`): the full width alone
+    # would overprice narrow deep trees, EAGLE-2's, against EAGLE-1's, which are timed as cut.
     by_width = time_drafting_by_width(dec, prompts[0], replace(big, total_tokens=min(sizes)), depths,
                                       tuple(sorted({1, big.top_k})),
                                       lambda d: say(f"tuning EAGLE-2: timing drafting at depth {d}{vocab}"))
     rest = by_width[big.top_k]
     out = {"eagle2": [Option(n, d, replay_runs(runs, n, d, top_k=k),
-                             draft_cost(by_width, d, min(k, n - 1)) + verify[n], top_k=k)
+                             draft_cost(by_width, d, expand_width(n, k)) + verify[n], top_k=k)
                       for n in sizes for d in depths for k in top_ks]}
     if sized:
         out["eagle2_sized"] = [replace(o, top_k=big.top_k) for o in floor_options(
