@@ -122,7 +122,8 @@ def test_each_methods_time_splits_its_wall_time_by_the_records_own_timers(tiny):
         assert t["steps"] > 0 and t["verify_ms_per_step"] > 0
         phases = sum(t[f"{k}_ms_per_step"] for k in ("draft", "verify", "commit", "rest"))
         assert t["prefill_ms"] * len(prompts) + phases * t["steps"] == pytest.approx(r["wall_s"] * 1e3, rel=1e-3)
-    assert res["methods"]["eagle2"]["time"]["draft_ms_per_step"] > res["methods"]["vanilla"]["time"]["draft_ms_per_step"]
+    drafting = {m: r["time"]["draft_ms_per_step"] for m, r in res["methods"].items()}
+    assert drafting["eagle2"] > drafting["vanilla"]
     table = format_phases(res).splitlines()
     assert [line.split()[0] for line in table[1:]] == ["vanilla", "eagle2"]
     peers_only = {"methods": {"hf_greedy": {**res["methods"]["vanilla"], "time": None}}}

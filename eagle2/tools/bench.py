@@ -202,7 +202,8 @@ def format_phases(res: dict) -> str:
     ours = {m: r["time"] for m, r in res["methods"].items() if r.get("time")}
     if not ours:
         return ""
-    rows = [f"{'ms a step':<20} {'drafting':>9} {'verifying':>10} {'committing':>11} {'rest':>6} {'prefill a prompt':>17}"]
+    rows = [f"{'ms a step':<20} {'drafting':>9} {'verifying':>10} {'committing':>11} {'rest':>6} "
+            f"{'prefill a prompt':>17}"]
     for m, t in ours.items():
         rows.append(f"{m:<20} {t['draft_ms_per_step']:>9.2f} {t['verify_ms_per_step']:>10.2f} "
                     f"{t['commit_ms_per_step']:>11.2f} {t['rest_ms_per_step']:>6.2f} {t['prefill_ms']:>17.1f}")
