@@ -19,6 +19,7 @@ from typing import Any
 import gradio as gr
 
 from app_parts import actions, playback, warmup, workload
+from app_parts.engine_thread import on_one_thread
 from app_parts.link import LINKED, link_query, read_link
 from app_parts.presets import CACHE, ModelPreset, default_sizing, load_presets, model_info, page_token_limit
 from app_parts.runner import Update, generate
@@ -289,8 +290,9 @@ def _generate_handler(ui: SimpleNamespace) -> Callable:
         def profile(preset: ModelPreset, bundle: Bundle, say) -> dict | None:
             return CACHE.profile(preset, bundle, say)
 
-        for u in generate(req, loader, show_pruned=bool(show_pruned), control=control, get_profile=profile,
-                          budget_s=_run_budget(), profile_stale=CACHE.forget_profile):
+        run = generate(req, loader, show_pruned=bool(show_pruned), control=control, get_profile=profile,
+                       budget_s=_run_budget(), profile_stale=CACHE.forget_profile)
+        for u in on_one_thread(run, waiting=lambda line: Update(session=None, status=line)):
             yield _show(ui, u)
 
     return _by_name(on_generate, LINKED, "show_pruned", "control")
@@ -533,8 +535,8 @@ def _wire_workload(ui: SimpleNamespace) -> None:
 
         if isinstance(path, dict):  # the upload as sent (this event takes raw values): its path on the server
             path = path.get("path")
-        for u in workload.diagnose(path, max_new_tokens, preset_name, lambda p: CACHE.get(p, report),
-                                   lambda p, b: CACHE.profile(p, b, report), control):
+        for u in on_one_thread(workload.diagnose(path, max_new_tokens, preset_name, lambda p: CACHE.get(p, report),
+                                                 lambda p, b: CACHE.profile(p, b, report), control)):
             if u.error:
                 gr.Warning(u.error)
             yield [u.status, *[v if v is not None else gr.skip()

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
+from app_parts import engine_thread
 from app_parts.meta import Costs, RunMeta, TimeLimit, Timing
 from app_parts.presets import ModelPreset, describe_preset, in_use, load_presets, repo_relative
 from app_parts.session import TREE_METHODS, RunControl, Session, bound_faded
@@ -206,7 +207,11 @@ def _timed_status(session: Session, timed: dict[str, list]) -> str:
 
 def _in_background(work: Callable[[Progress], object], what: str) -> Iterator[Update]:
     """Run `work(progress)` in a thread, yielding its newest progress message as the status line at most every
-    STATUS_EVERY_S; returns its result (via StopIteration) or raises what it raised."""
+    STATUS_EVERY_S; returns its result (via StopIteration) or raises what it raised. On the engine thread (the
+    page's runs, app_parts/engine_thread.py) the work runs right there, where the decodes it prepares run, and
+    the caller waiting on that thread shows its progress."""
+    if engine_thread.here():
+        return engine_thread.noting(work, what)
     said, out = [what], {}
 
     def progress(_fraction: float, message: str) -> None:

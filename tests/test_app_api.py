@@ -43,6 +43,26 @@ def _is_tree(value) -> bool:
     return any((t.get("meta") or {}).get("nodes") for t in fig["data"]) or "prefill" in value["plot"]
 
 
+def test_every_step_of_a_generate_decodes_on_the_one_engine_thread(client, monkeypatch):
+    """Gradio resumes a streaming handler on any of its worker threads; the decoder's OpenMP team belongs to the
+    calling thread, so each hop left the old team spinning against the new one (app_parts/engine_thread.py)."""
+    import threading
+
+    from eagle2.decode.engine import Decoder
+
+    ran, step = [], Decoder.step
+
+    def recorded(self, *args, **kwargs):
+        ran.append(threading.current_thread().name)
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(Decoder, "step", recorded)
+    for _ in range(2):  # two runs: the second must not start a thread of its own either
+        outputs = list(client.submit("Name three colours.", max_new_tokens=8, api_name="/generate"))
+        assert outputs[-1][0].startswith("Done.")
+    assert len(ran) > 6 and len(set(ran)) == 1 and ran[0].startswith("eagle2-engine"), sorted(set(ran))
+
+
 def test_generate_streams_both_trees_live_then_times_the_decodes(client):
     job = client.submit("Count from 1 to 10.", max_new_tokens=12, with_vanilla=False, api_name="/generate")
     outputs = list(job)
