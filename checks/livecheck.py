@@ -135,11 +135,13 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(r)
                 e2 = next((v for k, v in r["metrics"].items() if k.startswith("EAGLE-2")), {})
                 e1 = next((v for k, v in r["metrics"].items() if k.startswith("EAGLE-1")), {})
+                plain = next((v for k, v in r["metrics"].items() if k.startswith("plain")), {})
                 print(f"[{i + 1}] {prompt[:50]!r}: {r['seconds']} s{' (first Generate)' if i == 0 else ''}; "
                       f"live steps eagle2 {len(r['live']['eagle2'])}, eagle1 {len(r['live']['eagle1'])}; "
                       f"Play steps in 5 s {len(r['played']['eagle2'])}/{len(r['played']['eagle1'])}; "
                       f"EAGLE-2 {e2.get('speedup')}x tau {e2.get('tau')} same {e2.get('same')}; "
-                      f"EAGLE-1 {e1.get('speedup')}x tau {e1.get('tau')} same {e1.get('same')}", flush=True)
+                      f"EAGLE-1 {e1.get('speedup')}x tau {e1.get('tau')} same {e1.get('same')}; "
+                      f"tokens/s plain {plain.get('tok_s')}, EAGLE-2 {e2.get('tok_s')}", flush=True)
             browser.close()
     finally:
         proc.terminate()
