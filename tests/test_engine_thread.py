@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import time
 
 import pytest
 
+from app_parts import engine_thread
 from app_parts.engine_thread import on_one_thread
 
 WHO = contextvars.ContextVar("who", default=None)
@@ -13,11 +15,11 @@ WHO = contextvars.ContextVar("who", default=None)
 
 def _asked_from_new_threads(items, count):
     """next(items) `count` times, each from a thread of its own (as a server's worker pool may resume a
-    handler), -> the items and the idents of the asking threads."""
+    handler), -> the items and the asking threads (objects: an ident is reused once its thread ends)."""
     got, askers = [], []
 
     def ask():
-        askers.append(threading.get_ident())
+        askers.append(threading.current_thread())
         got.append(next(items))
 
     for _ in range(count):
@@ -27,14 +29,26 @@ def _asked_from_new_threads(items, count):
     return got, askers
 
 
+def _in_thread(fn, timeout=10):
+    """fn() in a daemon thread, waited for at most `timeout` s -> its result; fails (rather than hangs) when it
+    is still running then."""
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("value", fn()), daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), "still waiting: a deadlock"
+    return out["value"]
+
+
 def test_every_item_is_made_on_one_thread_that_none_of_the_askers_is():
     def producer():
         for _ in range(6):
-            yield threading.get_ident()
+            yield threading.current_thread()
 
     made, askers = _asked_from_new_threads(on_one_thread(producer()), 6)
-    assert len(set(made)) == 1
-    assert made[0] not in askers and made[0] != threading.get_ident()
+    assert all(t is made[0] for t in made)
+    assert all(made[0] is not a for a in askers) and made[0] is not threading.current_thread()
+    assert made[0].name.startswith(engine_thread.NAME)
 
 
 def test_each_item_sees_the_asking_threads_context():
@@ -53,19 +67,68 @@ def test_each_item_sees_the_asking_threads_context():
 
 
 def test_closing_early_closes_the_producer_on_the_engine_thread():
-    closed = {}
+    closed, done = {}, threading.Event()
 
     def producer():
         try:
             while True:
-                yield threading.get_ident()
+                yield threading.current_thread()
         finally:
-            closed["on"] = threading.get_ident()
+            closed["on"] = threading.current_thread()
+            done.set()
 
     items = on_one_thread(producer())
     engine = next(items)
     items.close()
-    assert closed["on"] == engine
+    assert done.wait(5) and closed["on"] is engine
+
+
+def test_closing_while_a_step_is_on_its_way_does_not_wait_for_the_step():
+    """Gradio closes a cancelled handler on its event loop: that must not wait for a load or a step to end."""
+    done = threading.Event()
+
+    def slow(progress):
+        progress(0.5, "loading")
+        time.sleep(1.5)
+
+    def producer():
+        try:
+            yield "started"
+            engine_thread.noting(slow, "waiting")
+            yield "loaded"
+        finally:
+            done.set()
+
+    items = on_one_thread(producer(), waiting=lambda line: f"status: {line}", every_s=0.02)
+    assert next(items) == "started"
+    assert next(items).startswith("status: ")  # the load is on its way
+    began = time.perf_counter()
+    items.close()
+    assert time.perf_counter() - began < 0.5
+    assert not done.is_set()
+    assert done.wait(5)  # the producer is closed once its step has ended
+
+
+def test_a_run_shows_only_its_own_progress_lines():
+    def slow(progress):
+        for i in range(30):
+            progress(0.5, f"run A, line {i}")
+            time.sleep(0.02)
+
+    def run_a():
+        yield "started"
+        engine_thread.noting(slow, "run A begins")
+        yield "done"
+
+    a = on_one_thread(run_a(), waiting=lambda line: line, every_s=0.01)
+    assert next(a) == "started" and next(a).startswith("run A")
+    a.close()  # run A's load goes on; run B waits behind it
+
+    def run_b():
+        yield "B"
+
+    seen = list(on_one_thread(run_b(), waiting=lambda line: line, every_s=0.01))
+    assert seen == ["B"]
 
 
 def test_what_the_producer_raises_reaches_the_asker_and_the_end_ends_it():
@@ -82,39 +145,33 @@ def test_what_the_producer_raises_reaches_the_asker_and_the_end_ends_it():
 
 def test_a_decode_inside_a_decode_does_not_wait_on_itself():
     def inner():
-        yield threading.get_ident()
+        yield threading.current_thread()
 
     def outer():
-        yield threading.get_ident()
+        yield threading.current_thread()
         yield from on_one_thread(inner())  # already on the engine thread: runs in place
 
-    done = {}
-    t = threading.Thread(target=lambda: done.setdefault("items", list(on_one_thread(outer()))))
-    t.start()
-    t.join(timeout=10)
-    assert not t.is_alive(), "nested use deadlocked"
-    assert len(set(done["items"])) == 1
+    made = _in_thread(lambda: list(on_one_thread(outer())))
+    assert made[0] is made[1] and made[0].name.startswith(engine_thread.NAME)
 
 
-def test_work_the_engine_thread_does_in_place_shows_its_progress_to_the_waiting_caller():
-    """Loading and the machine profile run on the engine thread (`noting`), where the decodes they prepare run;
-    their progress lines reach the caller waiting for the next item."""
-    import time
+def test_a_runs_load_on_the_engine_thread_shows_its_progress_to_the_waiting_caller():
+    """runner._in_background: a load or a profile a run needs runs where the run decodes (`noting`)."""
+    from app_parts import runner
 
-    from app_parts import engine_thread
-
-    def slow(progress):
+    def load(say):
         for line in ("converting", "loading"):
-            progress(0.5, line)
+            say(0.5, line)
             time.sleep(0.2)
-        return threading.current_thread().name
+        return threading.current_thread()
 
     def producer():
         yield "started"
-        yield engine_thread.noting(slow, "waiting for the model")
+        value = yield from runner._in_background(load, "waiting for the model")
+        yield value
 
-    got = list(on_one_thread(producer(), waiting=lambda line: f"status: {line}", every_s=0.02))
-    assert got[0] == "started" and got[-1].startswith(engine_thread.NAME)
-    shown = [g for g in got if g.startswith("status: ")]
+    got = _in_thread(lambda: list(on_one_thread(producer(), waiting=lambda line: f"status: {line}",
+                                                every_s=0.02)))
+    assert got[0] == "started" and got[-1].name.startswith(engine_thread.NAME)
+    shown = [g for g in got[1:-1]]
     assert [s for s in shown if s != "status: waiting for the model"] == ["status: converting", "status: loading"]
-    assert engine_thread._said["line"] is None  # nothing left over for the next run to show
