@@ -32,12 +32,12 @@ T = TypeVar("T")
 NAME = "eagle2-engine"
 _END = object()
 _lock = threading.Lock()
-_pool: dict[int, ThreadPoolExecutor] = {}  # by process: a forked worker (ZeroGPU) starts its own thread
+_pool: list[ThreadPoolExecutor] = []  # the engine thread's executor once started (a forked child starts its own)
 _LINE: contextvars.ContextVar[list[str | None] | None] = contextvars.ContextVar("eagle2_engine_line",
                                                                               default=None)
 
 
-def _after_fork() -> None:  # a child starts with no engine thread and a lock nobody holds
+def _after_fork() -> None:  # a child (a ZeroGPU worker) starts with no engine thread and a lock nobody holds
     global _lock
     _lock = threading.Lock()
     _pool.clear()
@@ -48,16 +48,9 @@ os.register_at_fork(after_in_child=_after_fork)
 
 def _engine() -> ThreadPoolExecutor:
     with _lock:
-        pid = os.getpid()
-        if pid not in _pool:
-            _pool.clear()
-            _pool[pid] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=NAME)
-        return _pool[pid]
-
-
-def _there(fn, *args):
-    """fn(*args) on the engine thread, in the calling thread's context; its result, or what it raised."""
-    return _engine().submit(contextvars.copy_context().run, fn, *args).result()
+        if not _pool:
+            _pool.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix=NAME))
+        return _pool[0]
 
 
 def here() -> bool:
